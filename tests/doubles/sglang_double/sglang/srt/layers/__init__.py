@@ -1,0 +1,1 @@
+"""TEST DOUBLE: `sglang.srt.layers`."""

@@ -1,0 +1,1 @@
+"""TEST DOUBLE: `sglang.srt.mem_cache`."""
