@@ -1,0 +1,464 @@
+"""ctypes binding of libkdtree_verify.so (the CUDA verify-attention kernel).
+
+The library is plain C ABI (see files/csrc/kdtree_verify.h): it needs only the CUDA runtime,
+never torch's C++ ABI, so a torch upgrade does not require a rebuild.
+
+- ``probe_library(path)`` works without torch: dlopen + ABI symbol check.
+- ``load(path)`` imports torch and returns a ``VerifyKernel`` whose ``run`` launches on torch's
+  current stream, never synchronises with the host and never allocates while a CUDA graph is
+  being captured (the workspace is sized from maxima and only grown outside capture).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import threading
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+ABI_VERSION = 1
+
+HEAD_DIM = 576  # 512 latent + 64 rope (absorbed MLA)
+V_DIM = 512
+BLOCK_M = 64  # rows (draft token x head) per CTA, must match KDTREE_BLOCK_M in the header
+_MAX_SPLITS = 64
+
+# Error codes of kdtree_verify_run (mirror of kdtree_verify.h).
+_ERR_NAMES = {
+    0: "ok",
+    1: "bad argument",
+    2: "workspace too small",
+    3: "CUDA launch error",
+    4: "device lacks the shared memory this kernel needs",
+    5: "struct size mismatch (binding and library disagree)",
+}
+
+
+class KernelUnavailable(Exception):
+    """The library cannot be used; ``str(exc)`` is a one-line reason."""
+
+
+class _Args(ctypes.Structure):
+    """Mirror of ``kdtree_verify_args`` in files/csrc/kdtree_verify.h (ABI_VERSION 1)."""
+
+    _fields_ = [  # noqa: RUF012 (ctypes API)
+        ("struct_size", ctypes.c_int32),
+        ("kv_dtype", ctypes.c_int32),
+        ("qo_indptr_i64", ctypes.c_int32),
+        ("kv_indptr_i64", ctypes.c_int32),
+        ("kv_indices_i64", ctypes.c_int32),
+        ("mask_indptr_i64", ctypes.c_int32),
+        ("q", ctypes.c_void_p),
+        ("q_stride_t", ctypes.c_int64),
+        ("q_stride_h", ctypes.c_int64),
+        ("k_extend", ctypes.c_void_p),
+        ("k_extend_stride_t", ctypes.c_int64),
+        ("v_extend", ctypes.c_void_p),
+        ("v_extend_stride_t", ctypes.c_int64),
+        ("kv_buffer", ctypes.c_void_p),
+        ("kv_stride_t", ctypes.c_int64),
+        ("qo_indptr", ctypes.c_void_p),
+        ("kv_indptr", ctypes.c_void_p),
+        ("kv_indices", ctypes.c_void_p),
+        ("mask_indptr", ctypes.c_void_p),
+        ("custom_mask", ctypes.c_void_p),
+        ("out", ctypes.c_void_p),
+        ("out_stride_t", ctypes.c_int64),
+        ("out_stride_h", ctypes.c_int64),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_int64),
+        ("batch_size", ctypes.c_int32),
+        ("num_heads", ctypes.c_int32),
+        ("max_extend_len", ctypes.c_int32),
+        ("num_tokens", ctypes.c_int32),
+        ("num_splits", ctypes.c_int32),
+        ("pad0", ctypes.c_int32),
+        ("sm_scale", ctypes.c_float),
+        ("kv_scale", ctypes.c_float),
+    ]
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _parse_build_info(info: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for item in info.split():
+        key, sep, value = item.partition("=")
+        if sep:
+            fields[key] = value
+    return fields
+
+
+def _open(path: str) -> tuple[ctypes.CDLL, dict[str, Any]]:
+    if not path:
+        raise KernelUnavailable("KDTREE_LIB is not set")
+    if not os.path.isabs(path):
+        raise KernelUnavailable(f"library path is not absolute: {path}")
+    if not os.path.isfile(path):
+        raise KernelUnavailable(f"library not found: {path}")
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as exc:
+        raise KernelUnavailable(f"dlopen failed: {exc}") from exc
+    try:
+        abi_fn = lib.kdtree_verify_abi_version
+        info_fn = lib.kdtree_verify_build_info
+    except AttributeError as exc:
+        raise KernelUnavailable(f"not a kdtree_verify library (missing symbol): {exc}") from exc
+    abi_fn.restype = ctypes.c_int
+    abi_fn.argtypes = []
+    info_fn.restype = ctypes.c_char_p
+    info_fn.argtypes = []
+    abi = int(abi_fn())
+    if abi != ABI_VERSION:
+        raise KernelUnavailable(f"ABI mismatch: library has {abi}, binding expects {ABI_VERSION}")
+    info = (info_fn() or b"").decode("utf-8", "replace")
+    fields = _parse_build_info(info)
+    archs = [a for a in fields.get("archs", "").split(",") if a]
+    meta = {"path": path, "sha256": _sha256(path), "abi": abi, "archs": archs, "build_info": info}
+    return lib, meta
+
+
+def probe_library(path: str) -> dict:
+    """dlopen ``path`` and check its ABI (no torch). Raises KernelUnavailable."""
+    _lib, meta = _open(path)
+    return {k: meta[k] for k in ("path", "sha256", "abi", "archs")}
+
+
+def arch_of_capability(major: int, minor: int) -> str:
+    """The arch-specific target name a device of this compute capability runs (``sm_90a``...)."""
+    return f"sm_{major}{minor}a"
+
+
+def choose_num_splits(
+    num_sms: int, batch_size: int, num_heads: int, max_extend_len: int, max_kv_len: int
+) -> int:
+    """Split count from host-known maxima only (mirrors kdtree_verify_num_splits in C)."""
+    m_blocks = max(1, -(-max_extend_len * num_heads // BLOCK_M))
+    ctas = max(1, batch_size * m_blocks)
+    splits = max(1, -(-num_sms // ctas))
+    max_tokens = max(1, max_kv_len + max_extend_len)
+    splits = min(splits, max(1, -(-max_tokens // 64)), _MAX_SPLITS)
+    return splits
+
+
+class VerifyKernel:
+    """A loaded library bound to torch tensors."""
+
+    def __init__(self, lib: ctypes.CDLL, meta: dict[str, Any]) -> None:
+        import torch  # imported here: probe_library must not need torch
+
+        self._torch = torch
+        self.lib = lib
+        self.meta = meta
+        self.path: str = meta["path"]
+        self.archs: list[str] = meta["archs"]
+        lib.kdtree_verify_run.restype = ctypes.c_int
+        lib.kdtree_verify_run.argtypes = [ctypes.POINTER(_Args), ctypes.c_void_p]
+        lib.kdtree_verify_prepare.restype = ctypes.c_int
+        lib.kdtree_verify_prepare.argtypes = [ctypes.c_int]
+        lib.kdtree_verify_num_splits.restype = ctypes.c_int
+        lib.kdtree_verify_num_splits.argtypes = [
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int64,
+        ]
+        lib.kdtree_verify_workspace_bytes.restype = ctypes.c_int64
+        lib.kdtree_verify_workspace_bytes.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        self._lock = threading.Lock()
+        self._prepared: dict[int, str | None] = {}
+        self._workspace: dict[int, Any] = {}
+        self._num_sms: dict[int, int] = {}
+
+    # -- support checks -------------------------------------------------------------------
+    def unsupported_reason(self, device: Any) -> str | None:
+        """None when this GPU can run the library, else a one-line reason."""
+        torch = self._torch
+        if not torch.cuda.is_available():
+            return "CUDA is not available"
+        dev = torch.device(device)
+        if dev.type != "cuda":
+            return f"device {dev} is not a CUDA device"
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        major, minor = torch.cuda.get_device_capability(index)
+        arch = arch_of_capability(major, minor)
+        if arch not in self.archs:
+            return f"library built for {','.join(self.archs) or '?'}, device is {arch}"
+        return self._prepare(index)
+
+    def _prepare(self, index: int) -> str | None:
+        with self._lock:
+            if index not in self._prepared:
+                torch = self._torch
+                if torch.cuda.is_current_stream_capturing():
+                    return "kernel not prepared before CUDA graph capture"
+                with torch.cuda.device(index):
+                    code = int(self.lib.kdtree_verify_prepare(index))
+                reason = None if code == 0 else f"prepare failed: {_ERR_NAMES.get(code, code)}"
+                self._prepared[index] = reason
+                self._num_sms[index] = torch.cuda.get_device_properties(index).multi_processor_count
+            return self._prepared[index]
+
+    # -- workspace ------------------------------------------------------------------------
+    def _get_workspace(self, device: Any, nbytes: int) -> Any:
+        torch = self._torch
+        index = device.index
+        ws = self._workspace.get(index)
+        if ws is not None and ws.numel() >= nbytes:
+            return ws
+        if torch.cuda.is_current_stream_capturing():
+            have = 0 if ws is None else ws.numel()
+            raise RuntimeError(
+                f"kdtree_verify workspace needs {nbytes} bytes but has {have} during CUDA graph "
+                "capture; call reserve_workspace() or run once eagerly with the maximal shapes first"
+            )
+        grown = max(nbytes, 2 * (0 if ws is None else ws.numel()))
+        ws = torch.empty(grown, dtype=torch.uint8, device=device)
+        self._workspace[index] = ws
+        log.debug("kdtree_verify workspace on cuda:%d grown to %d bytes", index, grown)
+        return ws
+
+    def reserve_workspace(
+        self,
+        device: Any,
+        *,
+        num_tokens: int,
+        num_heads: int,
+        batch_size: int,
+        max_extend_len: int,
+        max_kv_len: int,
+    ) -> None:
+        """Grow the workspace for these maxima now (call outside CUDA graph capture)."""
+        dev = self._torch.device(device)
+        reason = self._prepare(dev.index)
+        if reason:
+            raise KernelUnavailable(reason)
+        splits = self.lib.kdtree_verify_num_splits(
+            self._num_sms[dev.index], batch_size, num_heads, max_extend_len, max_kv_len
+        )
+        nbytes = int(self.lib.kdtree_verify_workspace_bytes(num_tokens, num_heads, splits))
+        self._get_workspace(dev, nbytes)
+
+    # -- validation (no GPU needed) -------------------------------------------------------
+    def check_args(self, **kw: Any) -> None:
+        """Raise ValueError when the tensors do not fit the contract (shapes, dtypes, strides)."""
+        validate_args(self._torch, **kw)
+
+    # -- launch ---------------------------------------------------------------------------
+    def run(
+        self,
+        *,
+        q,
+        k_extend,
+        v_extend,
+        kv_buffer,
+        qo_indptr,
+        kv_indptr,
+        kv_indices,
+        custom_mask,
+        mask_indptr,
+        batch_size: int,
+        max_extend_len: int,
+        sm_scale: float,
+        kv_scale: float,
+        out,
+    ) -> None:
+        torch = self._torch
+        validate_args(
+            torch,
+            q=q,
+            k_extend=k_extend,
+            v_extend=v_extend,
+            kv_buffer=kv_buffer,
+            qo_indptr=qo_indptr,
+            kv_indptr=kv_indptr,
+            kv_indices=kv_indices,
+            custom_mask=custom_mask,
+            mask_indptr=mask_indptr,
+            batch_size=batch_size,
+            max_extend_len=max_extend_len,
+            out=out,
+        )
+        dev = q.device
+        reason = self._prepare(dev.index)
+        if reason:
+            raise KernelUnavailable(reason)
+        num_tokens, num_heads = int(q.shape[0]), int(q.shape[1])
+        if batch_size == 0 or num_tokens == 0:
+            return
+        splits = int(
+            self.lib.kdtree_verify_num_splits(
+                self._num_sms[dev.index], batch_size, num_heads, max_extend_len, int(kv_indices.numel())
+            )
+        )
+        ws_bytes = int(self.lib.kdtree_verify_workspace_bytes(num_tokens, num_heads, splits))
+        ws = self._get_workspace(dev, ws_bytes) if ws_bytes > 0 else None
+        args = _Args(
+            struct_size=ctypes.sizeof(_Args),
+            kv_dtype=1 if kv_buffer.dtype == torch.float8_e4m3fn else 0,
+            qo_indptr_i64=int(qo_indptr.dtype == torch.int64),
+            kv_indptr_i64=int(kv_indptr.dtype == torch.int64),
+            kv_indices_i64=int(kv_indices.dtype == torch.int64),
+            mask_indptr_i64=int(mask_indptr.dtype == torch.int64),
+            q=q.data_ptr(),
+            q_stride_t=q.stride(0),
+            q_stride_h=q.stride(1),
+            k_extend=k_extend.data_ptr(),
+            k_extend_stride_t=k_extend.stride(0),
+            v_extend=v_extend.data_ptr(),
+            v_extend_stride_t=v_extend.stride(0),
+            kv_buffer=kv_buffer.data_ptr(),
+            kv_stride_t=kv_buffer.stride(0),
+            qo_indptr=qo_indptr.data_ptr(),
+            kv_indptr=kv_indptr.data_ptr(),
+            kv_indices=kv_indices.data_ptr(),
+            mask_indptr=mask_indptr.data_ptr(),
+            custom_mask=custom_mask.data_ptr(),
+            out=out.data_ptr(),
+            out_stride_t=out.stride(0),
+            out_stride_h=out.stride(1),
+            workspace=None if ws is None else ws.data_ptr(),
+            workspace_bytes=0 if ws is None else ws.numel(),
+            batch_size=batch_size,
+            num_heads=num_heads,
+            max_extend_len=max_extend_len,
+            num_tokens=num_tokens,
+            num_splits=splits,
+            pad0=0,
+            sm_scale=float(sm_scale),
+            kv_scale=float(kv_scale),
+        )
+        stream = torch.cuda.current_stream(dev).cuda_stream
+        with torch.cuda.device(dev.index):
+            code = int(self.lib.kdtree_verify_run(ctypes.byref(args), ctypes.c_void_p(stream)))
+        if code != 0:
+            raise RuntimeError(f"kdtree_verify_run failed: {_ERR_NAMES.get(code, code)} (code {code})")
+
+
+def _is_index(torch: Any, t: Any) -> bool:
+    return t.dtype in (torch.int32, torch.int64)
+
+
+def validate_args(
+    torch: Any,
+    *,
+    q,
+    k_extend,
+    v_extend,
+    kv_buffer,
+    qo_indptr,
+    kv_indptr,
+    kv_indices,
+    custom_mask,
+    mask_indptr,
+    batch_size: int,
+    max_extend_len: int,
+    out,
+) -> None:
+    """Check shapes, dtypes, devices and strides against the contract; raise ValueError."""
+    problems: list[str] = []
+
+    def need(cond: bool, msg: str) -> None:
+        if not cond:
+            problems.append(msg)
+
+    need(q.dim() == 3 and q.shape[2] == HEAD_DIM, f"q must be [T, H, {HEAD_DIM}], got {tuple(q.shape)}")
+    need(q.dtype == torch.bfloat16, f"q must be bfloat16, got {q.dtype}")
+    if problems:
+        raise ValueError("; ".join(problems))
+    num_tokens, num_heads = int(q.shape[0]), int(q.shape[1])
+    need(
+        k_extend.dim() == 3
+        and tuple(k_extend.shape[1:]) == (1, HEAD_DIM)
+        and k_extend.shape[0] >= num_tokens,
+        f"k_extend must be [T, 1, {HEAD_DIM}], got {tuple(k_extend.shape)}",
+    )
+    need(
+        v_extend.dim() == 3 and tuple(v_extend.shape[1:]) == (1, V_DIM) and v_extend.shape[0] >= num_tokens,
+        f"v_extend must be [T, 1, {V_DIM}], got {tuple(v_extend.shape)}",
+    )
+    need(k_extend.dtype == torch.bfloat16, f"k_extend must be bfloat16, got {k_extend.dtype}")
+    need(v_extend.dtype == torch.bfloat16, f"v_extend must be bfloat16, got {v_extend.dtype}")
+    need(
+        kv_buffer.dim() == 3 and tuple(kv_buffer.shape[1:]) == (1, HEAD_DIM),
+        f"kv_buffer must be [P, 1, {HEAD_DIM}], got {tuple(kv_buffer.shape)}",
+    )
+    need(
+        kv_buffer.dtype in (torch.bfloat16, torch.float8_e4m3fn),
+        f"kv_buffer must be bfloat16 or float8_e4m3fn, got {kv_buffer.dtype}",
+    )
+    need(
+        out.dim() == 3 and tuple(out.shape) == (num_tokens, num_heads, V_DIM),
+        f"out must be [{num_tokens}, {num_heads}, {V_DIM}], got {tuple(out.shape)}",
+    )
+    need(out.dtype == torch.bfloat16, f"out must be bfloat16, got {out.dtype}")
+    for name, t in (("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr), ("mask_indptr", mask_indptr)):
+        need(_is_index(torch, t), f"{name} must be int32 or int64, got {t.dtype}")
+        need(t.dim() == 1 and t.shape[0] >= batch_size + 1, f"{name} needs >= batch_size+1 entries")
+        need(t.dim() != 1 or t.stride(0) == 1, f"{name} must be contiguous")
+    need(_is_index(torch, kv_indices), f"kv_indices must be int32 or int64, got {kv_indices.dtype}")
+    need(kv_indices.dim() == 1 and kv_indices.stride(0) == 1, "kv_indices must be a contiguous 1-d tensor")
+    need(
+        custom_mask.dtype in (torch.bool, torch.uint8),
+        f"custom_mask must be bool or uint8, got {custom_mask.dtype}",
+    )
+    need(custom_mask.dim() == 1 and custom_mask.stride(0) == 1, "custom_mask must be a contiguous 1-d tensor")
+    need(batch_size >= 0, "batch_size must be >= 0")
+    need(max_extend_len >= 0, "max_extend_len must be >= 0")
+    need(num_heads >= 1, "need at least one head")
+    tensors = {
+        "q": q,
+        "k_extend": k_extend,
+        "v_extend": v_extend,
+        "kv_buffer": kv_buffer,
+        "out": out,
+        "qo_indptr": qo_indptr,
+        "kv_indptr": kv_indptr,
+        "kv_indices": kv_indices,
+        "custom_mask": custom_mask,
+        "mask_indptr": mask_indptr,
+    }
+    devices = {t.device for t in tensors.values()}
+    need(len(devices) == 1, f"all tensors must be on one device, got {sorted(map(str, devices))}")
+    # 16-byte vector loads: last dim contiguous, row strides and bases 16-byte aligned.
+    for name in ("q", "k_extend", "v_extend", "kv_buffer", "out"):
+        t = tensors[name]
+        if t.dim() != 3:
+            continue
+        need(t.stride(2) == 1, f"{name} must have a contiguous last dimension")
+        elems16 = 16 // t.element_size()
+        outer = [t.stride(0)] + ([t.stride(1)] if name in ("q", "out") else [])
+        need(all(s % elems16 == 0 for s in outer), f"{name} row strides must be multiples of 16 bytes")
+        need(t.data_ptr() % 16 == 0, f"{name} must be 16-byte aligned")
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def load(path: str) -> VerifyKernel:
+    """Load the library for launching (imports torch). Raises KernelUnavailable."""
+    lib, meta = _open(path)
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise KernelUnavailable(f"torch is not importable: {exc}") from exc
+    for sym in (
+        "kdtree_verify_run",
+        "kdtree_verify_prepare",
+        "kdtree_verify_num_splits",
+        "kdtree_verify_workspace_bytes",
+    ):
+        if not hasattr(lib, sym):
+            raise KernelUnavailable(f"library lacks symbol {sym}")
+    return VerifyKernel(lib, meta)
