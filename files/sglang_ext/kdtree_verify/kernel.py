@@ -45,7 +45,7 @@ class KernelUnavailable(Exception):
 class _Args(ctypes.Structure):
     """Mirror of ``kdtree_verify_args`` in files/csrc/kdtree_verify.h (ABI_VERSION 1)."""
 
-    _fields_ = [  # noqa: RUF012 (ctypes API)
+    _fields_ = [
         ("struct_size", ctypes.c_int32),
         ("kv_dtype", ctypes.c_int32),
         ("qo_indptr_i64", ctypes.c_int32),

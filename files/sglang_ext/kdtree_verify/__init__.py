@@ -1,0 +1,19 @@
+"""kdtree-verify: SGLang's target-verify attention on the kdtree CUDA kernel.
+
+`install()`, `uninstall()` and `status()` live in `kdtree_verify.patch`; they are re-exported
+lazily so that importing this package at interpreter start-up (from sitecustomize) costs nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["install", "status", "uninstall"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from kdtree_verify import patch
+
+        return getattr(patch, name)
+    raise AttributeError(f"module 'kdtree_verify' has no attribute {name!r}")

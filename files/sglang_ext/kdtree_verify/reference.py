@@ -1,0 +1,75 @@
+"""Pure-torch reference of the verify attention (docs/CONTRACTS.md section 5), fp32 accumulation.
+
+Ground truth for the tests and for the kernel track. Production never routes to it: without a
+usable library the original Triton method runs.
+
+Visibility, as SGLang's `extend_attention_fwd` with `skip_prefix_custom_mask=True`: the committed
+prefix of request r (pool slots `kv_indices[kv_indptr[r]:kv_indptr[r+1]]`) is fully visible; draft
+token `row` sees draft token `col` when
+`custom_mask[mask_indptr[r] + row * (prefix_len + n) + prefix_len + col]` is non-zero.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+V_DIM = 512
+
+
+def verify_attention_reference(
+    *,
+    q: torch.Tensor,
+    k_extend: torch.Tensor,
+    v_extend: torch.Tensor,
+    kv_buffer: torch.Tensor,
+    qo_indptr: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    custom_mask: torch.Tensor,
+    mask_indptr: torch.Tensor,
+    batch_size: int,
+    sm_scale: float,
+    kv_scale: float = 1.0,
+) -> torch.Tensor:
+    """[T, H, 512] float32 (T = qo_indptr[batch_size])."""
+    qo = qo_indptr.tolist()
+    kvp = kv_indptr.tolist()
+    mptr = mask_indptr.tolist()
+    total = qo[batch_size]
+    heads = q.shape[1]
+    out = torch.zeros((total, heads, v_extend.shape[-1]), dtype=torch.float32, device=q.device)
+    mask = custom_mask.reshape(-1) != 0
+    for r in range(batch_size):
+        q0, q1 = qo[r], qo[r + 1]
+        n = q1 - q0
+        if n == 0:
+            continue
+        slots = kv_indices[kvp[r] : kvp[r + 1]].long()
+        prefix = slots.numel()
+        k_prefix = kv_buffer[slots, 0, :].float() * kv_scale  # [P, 576]
+        keys = torch.cat([k_prefix, k_extend[q0:q1, 0, :].float()], dim=0)  # [P+n, 576]
+        values = torch.cat([k_prefix[:, :V_DIM], v_extend[q0:q1, 0, :].float()], dim=0)  # [P+n, 512]
+        scores = torch.einsum("thd,sd->hts", q[q0:q1].float(), keys) * sm_scale  # [H, n, P+n]
+        rows = torch.arange(n, device=q.device).view(n, 1) * (prefix + n)
+        cols = prefix + torch.arange(n, device=q.device).view(1, n)
+        draft_visible = mask[mptr[r] + rows + cols]  # [n, n]
+        visible = torch.cat(
+            [torch.ones((n, prefix), dtype=torch.bool, device=q.device), draft_visible], dim=1
+        )
+        scores = scores.masked_fill(~visible.view(1, n, prefix + n), float("-inf"))
+        probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+        out[q0:q1] = torch.einsum("hts,sd->thd", probs, values)
+    return out
+
+
+class ReferenceKernel:
+    """The reference behind the `VerifyKernel` interface, so tests can route the dispatch to it."""
+
+    def unsupported_reason(self, device: Any) -> str | None:
+        return None
+
+    def run(self, *, out: torch.Tensor, max_extend_len: int, **kwargs: Any) -> None:
+        result = verify_attention_reference(**kwargs)
+        out[: result.shape[0]].copy_(result.to(out.dtype))

@@ -1,0 +1,58 @@
+"""kdtree-verify start-up hook. Put the directory of this file on PYTHONPATH.
+
+Runs in every interpreter started with that environment, SGLang's spawned schedulers included.
+It only (1) installs a post-import hook that applies the kdtree patch when SGLang's triton backend
+module is imported (nothing of SGLang, torch or CUDA is imported here), and (2) chains to the
+`sitecustomize` this file shadows (on Debian/Ubuntu /usr/lib/python3.X/sitecustomize.py), so that
+one still runs. Errors are printed with a full traceback on stderr; start-up carries on.
+
+`KDTREE_RAN` lists the sitecustomize files that ran in this process (this one first); the probe
+reads it.
+"""
+
+import os
+import sys
+
+KDTREE_RAN = [__file__]
+KDTREE_CHAINED = None  # path of the shadowed sitecustomize that ran, if any
+
+
+def _report(what):
+    import traceback
+
+    print(f"kdtree-verify: error in sitecustomize ({what}); Python carries on:", file=sys.stderr, flush=True)
+    traceback.print_exc()
+    sys.stderr.flush()
+
+
+def _install_hook():
+    from kdtree_verify import importhook
+
+    importhook.install_patch_hook()
+
+
+def _chain():
+    """Run the next `sitecustomize` on sys.path after this file's directory."""
+    global KDTREE_CHAINED
+    import importlib.machinery
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None or spec.origin == os.path.abspath(__file__):
+        return
+    module = importlib.util.module_from_spec(spec)
+    KDTREE_CHAINED = spec.origin
+    KDTREE_RAN.append(spec.origin)
+    spec.loader.exec_module(module)
+
+
+try:
+    _install_hook()
+except Exception:
+    _report("installing the kdtree post-import hook")
+try:
+    _chain()
+except Exception:
+    _report("running the shadowed sitecustomize")
