@@ -1,0 +1,82 @@
+// kdtree_verify: C ABI of the verify-attention kernel (absorbed MLA, draft tree mask).
+// Plain pointers, strides (in elements), sizes and a cudaStream_t: no torch, no C++ ABI.
+// The Python binding (files/sglang_ext/kdtree_verify/kernel.py) mirrors kdtree_verify_args with
+// ctypes; bump KDTREE_VERIFY_ABI_VERSION whenever this struct or a signature changes.
+#ifndef KDTREE_VERIFY_H_
+#define KDTREE_VERIFY_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KDTREE_VERIFY_ABI_VERSION 1
+
+#define KDTREE_HEAD_DIM 576 /* 512 latent + 64 rope */
+#define KDTREE_V_DIM 512
+#define KDTREE_BLOCK_M 64   /* rows (draft token x head) per CTA */
+#define KDTREE_BLOCK_N 16   /* KV tokens per tile */
+#define KDTREE_MAX_SPLITS 64
+
+enum kdtree_verify_status {
+  KDTREE_OK = 0,
+  KDTREE_ERR_ARG = 1,
+  KDTREE_ERR_WORKSPACE = 2,
+  KDTREE_ERR_LAUNCH = 3,
+  KDTREE_ERR_SMEM = 4,
+  KDTREE_ERR_STRUCT = 5,
+};
+
+enum kdtree_kv_dtype { KDTREE_KV_BF16 = 0, KDTREE_KV_FP8_E4M3 = 1 };
+
+typedef struct kdtree_verify_args {
+  int32_t struct_size;     /* sizeof(kdtree_verify_args), checked */
+  int32_t kv_dtype;        /* enum kdtree_kv_dtype */
+  int32_t qo_indptr_i64;   /* 1: int64 array, 0: int32 array */
+  int32_t kv_indptr_i64;
+  int32_t kv_indices_i64;
+  int32_t mask_indptr_i64;
+  const void* q;           /* bf16 [T, H, 576] */
+  int64_t q_stride_t, q_stride_h;
+  const void* k_extend;    /* bf16 [T, 1, 576] */
+  int64_t k_extend_stride_t;
+  const void* v_extend;    /* bf16 [T, 1, 512] */
+  int64_t v_extend_stride_t;
+  const void* kv_buffer;   /* bf16 or fp8-e4m3 [P, 1, 576]; V = [..., :512] */
+  int64_t kv_stride_t;
+  const void* qo_indptr;   /* [B+1] */
+  const void* kv_indptr;   /* [B+1] */
+  const void* kv_indices;  /* pool slots */
+  const void* mask_indptr; /* [B+1] */
+  const void* custom_mask; /* bool / uint8 bytes, != 0 means visible */
+  void* out;               /* bf16 [T, H, 512] */
+  int64_t out_stride_t, out_stride_h;
+  void* workspace;         /* >= kdtree_verify_workspace_bytes(num_tokens, H, num_splits) */
+  int64_t workspace_bytes;
+  int32_t batch_size;
+  int32_t num_heads;
+  int32_t max_extend_len;  /* host-known upper bound of any request's draft length */
+  int32_t num_tokens;      /* T = q.shape[0] (capacity; valid rows come from qo_indptr) */
+  int32_t num_splits;      /* from kdtree_verify_num_splits */
+  int32_t pad0;
+  float sm_scale;
+  float kv_scale;          /* prefix K and V are multiplied by it (1.0 for bf16 caches) */
+} kdtree_verify_args;
+
+int kdtree_verify_abi_version(void);
+const char* kdtree_verify_build_info(void);
+/* Set the kernels' dynamic shared-memory attribute on `device` (call once, outside graph capture). */
+int kdtree_verify_prepare(int device);
+/* Split-KV count from host-known maxima only (never reads device memory). */
+int kdtree_verify_num_splits(int num_sms, int batch_size, int num_heads, int max_extend_len,
+                             int64_t max_kv_len);
+/* Workspace bytes for the combine step (0 when num_splits == 1). */
+int64_t kdtree_verify_workspace_bytes(int num_tokens, int num_heads, int num_splits);
+/* Enqueue the computation on `stream` (a cudaStream_t). Never synchronises, never allocates. */
+int kdtree_verify_run(const kdtree_verify_args* args, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KDTREE_VERIFY_H_ */

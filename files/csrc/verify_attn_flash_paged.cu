@@ -1,0 +1,577 @@
+// kdtree_verify: speculative-decoding verify attention for absorbed MLA (DeepSeek-V3 / Kimi-K2).
+//
+// Per request r: n = qo_indptr[r+1]-qo_indptr[r] draft tokens x H heads (the M dimension) attend to
+//   (a) prefix_len = kv_indptr[r+1]-kv_indptr[r] committed tokens, pool slots
+//       kv_indices[kv_indptr[r] + j], always visible;
+//   (b) the n draft tokens' own K/V (k_extend/v_extend rows qo_indptr[r] + c), visible when
+//       custom_mask[mask_indptr[r] + t*(prefix_len+n) + prefix_len + c] != 0.
+// Concatenating (a) and (b) gives a "virtual" key sequence j in [0, total), total = prefix_len + n,
+// and the mask byte of (row token t, key j >= prefix_len) is simply mask[mask_indptr[r] + t*total + j].
+//
+// Flash-decoding: grid (m_block, split, request). A CTA owns BLOCK_M = 64 rows (row = t*H + h) and a
+// contiguous range of BLOCK_N = 16 key tiles; every KV tile is read once per (request, split, m_block)
+// and used for all 64 rows through tensor-core mma.sync m16n8k16 (bf16 in, fp32 accumulate).
+// Online softmax in fp32 (base-2 exponentials). With more than one split, each split writes a
+// normalised partial output + log-sum-exp to the workspace and a combine kernel merges them.
+//
+// Warp layout (8 warps): rg = warp % 4 owns rows rg*16..rg*16+15, ch = warp / 4 owns
+//   - for S = Q K^T: key columns ch*8..ch*8+7 of the tile (one n8 MMA tile, 36 k16 steps);
+//   - for O += P V:  output dims ch*256..ch*256+255 (32 n8 MMA tiles, one k16 step = the 16 keys).
+// The two warps of a row group exchange their row maxima (sMax) and their halves of P (sP) through
+// shared memory, so both keep the same running max and rescale identically.
+//
+// CUDA-graph safety: no host synchronisation, no allocation; every range is read from the indptr
+// arrays on the device; the grid depends only on host-known maxima (batch, max_extend_len, H, splits).
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "kdtree_verify.h"
+
+#ifndef KDTREE_ARCHS
+#define KDTREE_ARCHS "unknown"
+#endif
+
+#define KDTREE_STR2(x) #x
+#define KDTREE_STR(x) KDTREE_STR2(x)
+#define KDTREE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace kdtree {
+
+constexpr int D = KDTREE_HEAD_DIM;     // 576: K / Q dim
+constexpr int DV = KDTREE_V_DIM;       // 512: V / O dim (V = first 512 dims of the latent)
+constexpr int BM = KDTREE_BLOCK_M;     // 64 rows per CTA
+constexpr int BN = KDTREE_BLOCK_N;     // 16 keys per tile
+constexpr int NWARPS = 8;
+constexpr int NTHREADS = NWARPS * 32;  // 256
+constexpr int SROW = D + 8;            // padded smem row of Q / K tiles, in bf16 elements
+constexpr int SP_ROW = BN + 8;         // padded smem row of P, in bf16 elements
+constexpr int DV_PER_WARP = DV / 2;    // 256 output dims per warp
+constexpr int NT_O = DV_PER_WARP / 8;  // 32 n8 accumulator tiles per warp
+constexpr int Q_CHUNKS_PER_ROW = D / 8;   // 72 x 16 B per bf16 row of 576
+constexpr int V_CHUNKS_PER_ROW = DV / 8;  // 64 x 16 B per bf16 row of 512
+constexpr float LOG2E = 1.4426950408889634f;
+
+static_assert(BM == 4 * 16, "4 row groups of 16 rows (m16 MMA tiles)");
+static_assert(BN == 2 * 8, "2 column halves of one n8 MMA tile each for S, one k16 step for PV");
+static_assert(NWARPS == 8, "warp layout is 4 row groups x 2 halves");
+static_assert(D % 32 == 0, "QK loop consumes 32 dims (two k16 MMA steps) per ldmatrix.x4 of K");
+static_assert(DV == 2 * DV_PER_WARP && DV_PER_WARP % 16 == 0, "PV loop consumes 16 dims per ldmatrix.x4.trans");
+static_assert(DV <= D, "V is a prefix of the latent");
+// ldmatrix: each row address 16-byte aligned; a row stride of 16 mod 128 bytes puts the 8 rows of
+// an 8x8 matrix in 8 distinct 16-byte bank groups (no bank conflicts).
+static_assert((SROW * 2) % 16 == 0 && (SROW * 2) % 128 == 16, "Q/K smem row padding");
+static_assert((SP_ROW * 2) % 16 == 0, "P smem row alignment");
+
+// Shared memory layout (bytes).
+constexpr int SQ_OFF = 0;
+constexpr int SK_OFF = SQ_OFF + BM * SROW * 2;
+constexpr int SP_OFF = SK_OFF + BN * SROW * 2;
+constexpr int SMAX_OFF = SP_OFF + BM * SP_ROW * 2;
+constexpr int SL_OFF = SMAX_OFF + 2 * BM * 4;
+constexpr int SMEM_BYTES = SL_OFF + 2 * BM * 4;
+static_assert(SK_OFF % 128 == 0 || SK_OFF % 16 == 0, "K tile 16-byte aligned");
+static_assert(SMAX_OFF % 16 == 0 && SL_OFF % 16 == 0, "stats arrays aligned");
+// 99 KB is the opt-in per-block limit of sm_120 (and sm_86/89); sm_90 / sm_100 allow 227 KB.
+static_assert(SMEM_BYTES <= 101376, "must fit the sm_120 per-block shared memory limit");
+
+// ---------------------------------------------------------------------------------------------
+// Small device helpers.
+
+__device__ __forceinline__ int64_t load_index(const void* p, int is64, int64_t i) {
+  return is64 ? static_cast<const int64_t*>(p)[i] : static_cast<int64_t>(static_cast<const int32_t*>(p)[i]);
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// D = A(16x16, row) * B(16x8, col) + D, bf16 inputs, fp32 accumulators.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low 16 bits) = lo
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+__device__ __forceinline__ uint32_t scale_bf16x2(uint32_t v, float s) {
+  __nv_bfloat162 b = *reinterpret_cast<__nv_bfloat162*>(&v);
+  float2 f = __bfloat1622float2(b);
+  return pack_bf16x2(f.x * s, f.y * s);
+}
+
+// Two fp8-e4m3 bytes (first element in the low byte) -> bf16x2 scaled by s.
+__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t two_bytes, float s) {
+  __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xffffu), __NV_E4M3);
+  float2 f = __half22float2(__half2(h));
+  return pack_bf16x2(f.x * s, f.y * s);
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// KV cache element types. A prefix tile is fetched as 16-byte chunks into registers one tile ahead
+// (the loads are in flight while the current tile is computed) and converted to bf16 into sK.
+
+struct KvBf16 {
+  static constexpr int ELEMS_PER_CHUNK = 8;  // 16 B of bf16
+  static constexpr int ELEM_BYTES = 2;
+};
+struct KvFp8 {
+  static constexpr int ELEMS_PER_CHUNK = 16;  // 16 B of e4m3
+  static constexpr int ELEM_BYTES = 1;
+};
+
+template <class Kv>
+struct TileLoader {
+  static constexpr int CHUNKS_PER_ROW = D / Kv::ELEMS_PER_CHUNK;       // 72 (bf16) or 36 (fp8)
+  static constexpr int CHUNKS = BN * CHUNKS_PER_ROW;                  // 1152 or 576
+  static constexpr int ITERS = (CHUNKS + NTHREADS - 1) / NTHREADS;    // 5 or 3
+  static_assert(D % Kv::ELEMS_PER_CHUNK == 0, "row is a whole number of 16-byte chunks");
+
+  uint4 reg[ITERS];
+
+  // Issue the global loads of the prefix rows of the tile starting at virtual key j0.
+  // Rows that are not prefix tokens (draft keys, or past the end) are zero.
+  __device__ __forceinline__ void fetch(const kdtree_verify_args& a, int64_t kv0, int j0, int prefix_len) {
+    const char* base = static_cast<const char*>(a.kv_buffer);
+    const int64_t row_bytes = a.kv_stride_t * Kv::ELEM_BYTES;
+#pragma unroll
+    for (int it = 0; it < ITERS; ++it) {
+      const int c = it * NTHREADS + static_cast<int>(threadIdx.x);
+      const int row = c / CHUNKS_PER_ROW;
+      const int col = c % CHUNKS_PER_ROW;
+      const int j = j0 + row;
+      reg[it] = make_uint4(0u, 0u, 0u, 0u);
+      if (c < CHUNKS && j < prefix_len) {
+        const int64_t slot = load_index(a.kv_indices, a.kv_indices_i64, kv0 + j);
+        reg[it] = __ldg(reinterpret_cast<const uint4*>(base + slot * row_bytes) + col);
+      }
+    }
+  }
+
+  // Write the fetched chunks as bf16 (scaled by kv_scale) into sK rows 0..BN-1. Draft rows
+  // (prefix_len <= j < total) are skipped: copy_draft_rows owns them (no two writers per element).
+  __device__ __forceinline__ void store(__nv_bfloat16* sK, float kv_scale, int j0, int prefix_len, int total) const {
+#pragma unroll
+    for (int it = 0; it < ITERS; ++it) {
+      const int c = it * NTHREADS + static_cast<int>(threadIdx.x);
+      if (c >= CHUNKS) continue;
+      const int row = c / CHUNKS_PER_ROW;
+      const int col = c % CHUNKS_PER_ROW;
+      if (j0 + row >= prefix_len && j0 + row < total) continue;
+      __nv_bfloat16* dst = sK + row * SROW + col * Kv::ELEMS_PER_CHUNK;
+      const uint4 v = reg[it];
+      if constexpr (Kv::ELEM_BYTES == 2) {
+        uint4 o = v;
+        if (kv_scale != 1.0f) {
+          o = make_uint4(scale_bf16x2(v.x, kv_scale), scale_bf16x2(v.y, kv_scale), scale_bf16x2(v.z, kv_scale),
+                         scale_bf16x2(v.w, kv_scale));
+        }
+        *reinterpret_cast<uint4*>(dst) = o;
+      } else {
+        const uint4 lo = make_uint4(fp8x2_to_bf16x2(v.x, kv_scale), fp8x2_to_bf16x2(v.x >> 16, kv_scale),
+                                    fp8x2_to_bf16x2(v.y, kv_scale), fp8x2_to_bf16x2(v.y >> 16, kv_scale));
+        const uint4 hi = make_uint4(fp8x2_to_bf16x2(v.z, kv_scale), fp8x2_to_bf16x2(v.z >> 16, kv_scale),
+                                    fp8x2_to_bf16x2(v.w, kv_scale), fp8x2_to_bf16x2(v.w >> 16, kv_scale));
+        reinterpret_cast<uint4*>(dst)[0] = lo;
+        reinterpret_cast<uint4*>(dst)[1] = hi;
+      }
+    }
+  }
+};
+
+// Copy draft rows (virtual keys j in [prefix_len, total) of the tile at j0) of a bf16 [T, 1, width]
+// tensor into sK[:, 0:width]. Only tiles that contain draft keys call this.
+template <int CHUNKS_PER_ROW>
+__device__ __forceinline__ void copy_draft_rows(__nv_bfloat16* sK, const void* src, int64_t stride_t, int64_t qo0,
+                                                int j0, int prefix_len, int total, int num_tokens) {
+  const __nv_bfloat16* base = static_cast<const __nv_bfloat16*>(src);
+  for (int c = threadIdx.x; c < BN * CHUNKS_PER_ROW; c += NTHREADS) {
+    const int row = c / CHUNKS_PER_ROW;
+    const int col = c % CHUNKS_PER_ROW;
+    const int j = j0 + row;
+    if (j < prefix_len || j >= total) continue;
+    const int64_t tok = qo0 + (j - prefix_len);
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (tok < num_tokens) v = __ldg(reinterpret_cast<const uint4*>(base + tok * stride_t) + col);
+    *reinterpret_cast<uint4*>(sK + row * SROW + col * 8) = v;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Main kernel: one CTA = (m_block, split, request).
+
+template <class Kv>
+__global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_verify_args a) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem + SQ_OFF);
+  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem + SK_OFF);
+  __nv_bfloat16* sP = reinterpret_cast<__nv_bfloat16*>(smem + SP_OFF);
+  float* sMax = reinterpret_cast<float*>(smem + SMAX_OFF);
+  float* sL = reinterpret_cast<float*>(smem + SL_OFF);
+
+  const int mb = blockIdx.x;
+  const int split = blockIdx.y;
+  const int r = blockIdx.z;
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int rg = warp & 3;   // row group: rows rg*16 .. rg*16+15 of the CTA
+  const int ch = warp >> 2;  // column half
+  const int g = lane >> 2;   // MMA fragment row within 8
+  const int qd = lane & 3;   // MMA fragment column pair
+
+  const int H = a.num_heads;
+  const int64_t qo0 = load_index(a.qo_indptr, a.qo_indptr_i64, r);
+  const int n = static_cast<int>(load_index(a.qo_indptr, a.qo_indptr_i64, r + 1) - qo0);
+  const int64_t kv0 = load_index(a.kv_indptr, a.kv_indptr_i64, r);
+  const int prefix_len = static_cast<int>(load_index(a.kv_indptr, a.kv_indptr_i64, r + 1) - kv0);
+  const int64_t mask0 = load_index(a.mask_indptr, a.mask_indptr_i64, r);
+  const int rows = n * H;     // valid rows of this request
+  const int row0 = mb * BM;   // first row of this CTA
+  if (n <= 0 || prefix_len < 0 || row0 >= rows) return;  // uniform across the CTA
+
+  const int total = prefix_len + n;
+  const int n_tiles = (total + BN - 1) / BN;
+  const int per_split = (n_tiles + a.num_splits - 1) / a.num_splits;
+  const int t_begin = split * per_split;
+  const int t_end = min(n_tiles, t_begin + per_split);
+
+  // The two accumulator rows of this thread: local rows lr[0] = rg*16+g and lr[1] = lr[0]+8.
+  int lr[2], grow[2], tok[2];
+  bool valid[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    lr[i] = rg * 16 + g + 8 * i;
+    grow[i] = row0 + lr[i];            // row within the request: t * H + h
+    tok[i] = grow[i] / H;              // draft token index t within the request
+    valid[i] = grow[i] < rows && qo0 + tok[i] < a.num_tokens;
+  }
+  const int64_t TH = static_cast<int64_t>(a.num_tokens) * H;  // rows per split in the workspace
+  float* ws_o = static_cast<float*>(a.workspace);
+  float* ws_lse = ws_o + static_cast<int64_t>(a.num_splits) * TH * DV;
+
+  if (t_begin >= t_end) {  // empty split (short request): contributes nothing to the combine
+    if (a.num_splits > 1 && ch == 0 && qd == 0) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        if (valid[i]) ws_lse[split * TH + (qo0 + tok[i]) * H + grow[i] % H] = -INFINITY;
+    }
+    return;
+  }
+
+  // ---- Q tile -> sQ (rows past the request are zero) ----
+  {
+    const __nv_bfloat16* q = static_cast<const __nv_bfloat16*>(a.q);
+    for (int c = tid; c < BM * Q_CHUNKS_PER_ROW; c += NTHREADS) {
+      const int row = c / Q_CHUNKS_PER_ROW;
+      const int col = c % Q_CHUNKS_PER_ROW;
+      const int gr = row0 + row;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (gr < rows) {
+        const int64_t t = qo0 + gr / H;
+        if (t < a.num_tokens) v = __ldg(reinterpret_cast<const uint4*>(q + t * a.q_stride_t + (gr % H) * a.q_stride_h) + col);
+      }
+      *reinterpret_cast<uint4*>(sQ + row * SROW + col * 8) = v;
+    }
+  }
+
+  TileLoader<Kv> loader;
+  loader.fetch(a, kv0, t_begin * BN, prefix_len);
+
+  float o[NT_O][4];
+#pragma unroll
+  for (int nt = 0; nt < NT_O; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY};
+  float l_run[2] = {0.f, 0.f};  // this thread's partial row sums (2 of the 16 keys per tile)
+  const float scale2 = a.sm_scale * LOG2E;
+  const unsigned char* mask = static_cast<const unsigned char*>(a.custom_mask);
+
+  for (int tile = t_begin; tile < t_end; ++tile) {
+    const int j0 = tile * BN;
+    const bool has_draft = j0 + BN > prefix_len;  // the tile holds draft keys (uniform)
+
+    __syncthreads();  // (A) every warp finished reading sK, sP and sMax of the previous tile
+    loader.store(sK, a.kv_scale, j0, prefix_len, total);
+    if (has_draft)
+      copy_draft_rows<Q_CHUNKS_PER_ROW>(sK, a.k_extend, a.k_extend_stride_t, qo0, j0, prefix_len, total,
+                                        a.num_tokens);
+    if (tile + 1 < t_end) loader.fetch(a, kv0, j0 + BN, prefix_len);  // in flight during compute
+    __syncthreads();  // (B) sK (and, on the first tile, sQ) complete
+
+    // ---- S = Q K^T: rows rg*16.., keys ch*8.. (fp32) ----
+    float s[4] = {0.f, 0.f, 0.f, 0.f};
+    {
+      const __nv_bfloat16* qa = sQ + (rg * 16 + (lane & 15)) * SROW + (lane >> 4) * 8;
+      const __nv_bfloat16* kb = sK + (ch * 8 + (lane & 7)) * SROW + (lane >> 3) * 8;
+#pragma unroll 6
+      for (int kk = 0; kk < D; kk += 32) {
+        uint32_t a0[4], a1[4], b[4];
+        ldmatrix_x4(a0, qa + kk);       // A rows 0-15, dims kk..kk+15
+        ldmatrix_x4(a1, qa + kk + 16);  // A rows 0-15, dims kk+16..kk+31
+        ldmatrix_x4(b, kb + kk);        // B: keys 0-7, dims kk, kk+8, kk+16, kk+24 (8 each)
+        mma_bf16(s, a0, b[0], b[1]);
+        mma_bf16(s, a1, b[2], b[3]);
+      }
+    }
+
+    // ---- scale, mask, row max ----
+    // s[e]: row lr[e/2], key column ch*8 + 2*qd + (e&1) of the tile.
+    float mx[2];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = e >> 1;
+      const int j = j0 + ch * 8 + 2 * qd + (e & 1);
+      bool visible = j < total;
+      if (visible && j >= prefix_len && grow[i] < rows) {
+        // mask[mask_indptr[r] + t*(prefix_len+n) + prefix_len + (j-prefix_len)] == mask[mask0 + t*total + j]
+        visible = mask[mask0 + static_cast<int64_t>(tok[i]) * total + j] != 0;
+      }
+      s[e] = visible ? s[e] * scale2 : -INFINITY;
+    }
+    mx[0] = quad_max(fmaxf(s[0], s[1]));
+    mx[1] = quad_max(fmaxf(s[2], s[3]));
+    if (qd == 0) {
+      sMax[ch * BM + lr[0]] = mx[0];
+      sMax[ch * BM + lr[1]] = mx[1];
+    }
+    __syncthreads();  // (C) all QK reads of sK done; the other half's maxima are visible
+
+    if (has_draft)  // V of draft keys comes from v_extend: overwrite dims 0..511 of those rows
+      copy_draft_rows<V_CHUNKS_PER_ROW>(sK, a.v_extend, a.v_extend_stride_t, qo0, j0, prefix_len, total,
+                                        a.num_tokens);
+
+    float alpha[2], p[4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float m_new = fmaxf(m_run[i], fmaxf(mx[i], sMax[(1 - ch) * BM + lr[i]]));
+      // m_new == -inf: nothing visible so far; keep everything at zero (avoids inf - inf).
+      alpha[i] = (m_new == -INFINITY) ? 1.f : exp2f(m_run[i] - m_new);
+      p[2 * i] = (m_new == -INFINITY) ? 0.f : exp2f(s[2 * i] - m_new);
+      p[2 * i + 1] = (m_new == -INFINITY) ? 0.f : exp2f(s[2 * i + 1] - m_new);
+      l_run[i] = l_run[i] * alpha[i] + p[2 * i] + p[2 * i + 1];
+      m_run[i] = m_new;
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT_O; ++nt) {
+      o[nt][0] *= alpha[0];
+      o[nt][1] *= alpha[0];
+      o[nt][2] *= alpha[1];
+      o[nt][3] *= alpha[1];
+    }
+    *reinterpret_cast<uint32_t*>(sP + lr[0] * SP_ROW + ch * 8 + 2 * qd) = pack_bf16x2(p[0], p[1]);
+    *reinterpret_cast<uint32_t*>(sP + lr[1] * SP_ROW + ch * 8 + 2 * qd) = pack_bf16x2(p[2], p[3]);
+    __syncthreads();  // (D) P (both halves) and the draft V rows are in smem
+
+    // ---- O += P V: rows rg*16.., dims ch*256.. ----
+    {
+      uint32_t pa[4];
+      ldmatrix_x4(pa, sP + (rg * 16 + (lane & 15)) * SP_ROW + (lane >> 4) * 8);
+      // ldmatrix.trans matrix i = lane/8: keys (i&1)*8.., dims base + (i>>1)*8.. ->
+      // regs {b0,b1} of n-tile base and {b0,b1} of n-tile base+8.
+      const __nv_bfloat16* vb = sK + (((lane >> 3) & 1) * 8 + (lane & 7)) * SROW + ch * DV_PER_WARP + (lane >> 4) * 8;
+#pragma unroll
+      for (int np = 0; np < NT_O / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vb + np * 16);
+        mma_bf16(o[2 * np], pa, b[0], b[1]);
+        mma_bf16(o[2 * np + 1], pa, b[2], b[3]);
+      }
+    }
+  }
+
+  // ---- row sums across the quad and the two halves ----
+  float l_tot[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) l_tot[i] = quad_sum(l_run[i]);
+  if (qd == 0) {
+    sL[ch * BM + lr[0]] = l_tot[0];
+    sL[ch * BM + lr[1]] = l_tot[1];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < 2; ++i) l_tot[i] += sL[(1 - ch) * BM + lr[i]];
+
+  // ---- epilogue ----
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (!valid[i]) continue;
+    const int h = grow[i] % H;
+    const int64_t t = qo0 + tok[i];
+    const float inv = l_tot[i] > 0.f ? 1.f / l_tot[i] : 0.f;
+    if (a.num_splits == 1) {
+      __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out) + t * a.out_stride_t + h * a.out_stride_h +
+                           ch * DV_PER_WARP + 2 * qd;
+#pragma unroll
+      for (int nt = 0; nt < NT_O; ++nt)
+        *reinterpret_cast<uint32_t*>(out + nt * 8) = pack_bf16x2(o[nt][2 * i] * inv, o[nt][2 * i + 1] * inv);
+    } else {
+      const int64_t R = split * TH + t * H + h;
+      float* dst = ws_o + R * DV + ch * DV_PER_WARP + 2 * qd;
+#pragma unroll
+      for (int nt = 0; nt < NT_O; ++nt)
+        *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(o[nt][2 * i] * inv, o[nt][2 * i + 1] * inv);
+      if (ch == 0 && qd == 0) ws_lse[R] = l_tot[i] > 0.f ? m_run[i] + log2f(l_tot[i]) : -INFINITY;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Combine: one CTA of 128 threads per (token, head) row; thread k owns dims 4k..4k+3.
+
+constexpr int COMBINE_THREADS = DV / 4;
+static_assert(COMBINE_THREADS == 128, "combine: 4 dims per thread");
+
+__global__ void __launch_bounds__(COMBINE_THREADS) combine_kernel(const kdtree_verify_args a) {
+  const int H = a.num_heads;
+  const int64_t R = blockIdx.x;  // t * H + h over the whole token buffer
+  const int64_t t = R / H;
+  const int h = static_cast<int>(R % H);
+  const int64_t first = load_index(a.qo_indptr, a.qo_indptr_i64, 0);
+  const int64_t last = load_index(a.qo_indptr, a.qo_indptr_i64, a.batch_size);
+  if (t < first || t >= last) return;  // padding rows of a graph-sized buffer: left untouched
+
+  const int64_t TH = static_cast<int64_t>(a.num_tokens) * H;
+  const float* ws_o = static_cast<const float*>(a.workspace);
+  const float* ws_lse = ws_o + static_cast<int64_t>(a.num_splits) * TH * DV;
+
+  float mx = -INFINITY;
+  for (int s = 0; s < a.num_splits; ++s) mx = fmaxf(mx, ws_lse[s * TH + R]);
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  float wsum = 0.f;
+  if (mx != -INFINITY) {
+    for (int s = 0; s < a.num_splits; ++s) {
+      const float w = exp2f(ws_lse[s * TH + R] - mx);  // -inf -> 0: empty splits add nothing
+      if (w == 0.f) continue;
+      const float4 v = reinterpret_cast<const float4*>(ws_o + (s * TH + R) * DV)[threadIdx.x];
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+      acc.z += w * v.z;
+      acc.w += w * v.w;
+      wsum += w;
+    }
+  }
+  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out) + t * a.out_stride_t + h * a.out_stride_h;
+  uint2 packed = make_uint2(pack_bf16x2(acc.x * inv, acc.y * inv), pack_bf16x2(acc.z * inv, acc.w * inv));
+  reinterpret_cast<uint2*>(out)[threadIdx.x] = packed;
+}
+
+}  // namespace kdtree
+
+// ---------------------------------------------------------------------------------------------
+// C ABI.
+
+KDTREE_EXPORT int kdtree_verify_abi_version(void) { return KDTREE_VERIFY_ABI_VERSION; }
+
+KDTREE_EXPORT const char* kdtree_verify_build_info(void) {
+  return "archs=" KDTREE_ARCHS " nvcc=" KDTREE_STR(__CUDACC_VER_MAJOR__) "." KDTREE_STR(
+      __CUDACC_VER_MINOR__) " abi=" KDTREE_STR(KDTREE_VERIFY_ABI_VERSION) " block_m=" KDTREE_STR(KDTREE_BLOCK_M)
+      " block_n=" KDTREE_STR(KDTREE_BLOCK_N);
+}
+
+KDTREE_EXPORT int kdtree_verify_prepare(int device) {
+  int optin = 0;
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    cudaGetLastError();
+    return KDTREE_ERR_LAUNCH;
+  }
+  if (optin < kdtree::SMEM_BYTES) return KDTREE_ERR_SMEM;
+  if (cudaFuncSetAttribute(kdtree::verify_attn_kernel<kdtree::KvBf16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           kdtree::SMEM_BYTES) != cudaSuccess ||
+      cudaFuncSetAttribute(kdtree::verify_attn_kernel<kdtree::KvFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           kdtree::SMEM_BYTES) != cudaSuccess) {
+    cudaGetLastError();
+    return KDTREE_ERR_LAUNCH;
+  }
+  return KDTREE_OK;
+}
+
+static int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+KDTREE_EXPORT int kdtree_verify_num_splits(int num_sms, int batch_size, int num_heads, int max_extend_len,
+                                           int64_t max_kv_len) {
+  // One CTA per SM (the kernel uses ~95 KB of shared memory and 256 threads x <=255 registers):
+  // aim for one full wave of CTAs, but keep at least 4 tiles (64 keys) per split of the longest
+  // possible request, which is bounded by the kv_indices buffer length + max_extend_len.
+  if (num_sms < 1) num_sms = 1;
+  const int64_t m_blocks = ceil_div64(static_cast<int64_t>(max_extend_len > 0 ? max_extend_len : 1) *
+                                          (num_heads > 0 ? num_heads : 1),
+                                      KDTREE_BLOCK_M);
+  const int64_t ctas = (batch_size > 0 ? batch_size : 1) * m_blocks;
+  int64_t splits = ceil_div64(num_sms, ctas);
+  const int64_t max_tokens = (max_kv_len > 0 ? max_kv_len : 0) + (max_extend_len > 0 ? max_extend_len : 0);
+  const int64_t by_len = ceil_div64(max_tokens > 0 ? max_tokens : 1, 4 * KDTREE_BLOCK_N);
+  if (splits > by_len) splits = by_len;
+  if (splits > KDTREE_MAX_SPLITS) splits = KDTREE_MAX_SPLITS;
+  if (splits < 1) splits = 1;
+  return static_cast<int>(splits);
+}
+
+KDTREE_EXPORT int64_t kdtree_verify_workspace_bytes(int num_tokens, int num_heads, int num_splits) {
+  if (num_splits <= 1 || num_tokens <= 0 || num_heads <= 0) return 0;
+  const int64_t rows = static_cast<int64_t>(num_splits) * num_tokens * num_heads;
+  return rows * (KDTREE_V_DIM + 1) * static_cast<int64_t>(sizeof(float));
+}
+
+KDTREE_EXPORT int kdtree_verify_run(const kdtree_verify_args* a, void* stream) {
+  if (a == nullptr) return KDTREE_ERR_ARG;
+  if (a->struct_size != static_cast<int32_t>(sizeof(kdtree_verify_args))) return KDTREE_ERR_STRUCT;
+  if (a->kv_dtype != KDTREE_KV_BF16 && a->kv_dtype != KDTREE_KV_FP8_E4M3) return KDTREE_ERR_ARG;
+  if (a->num_heads < 1 || a->batch_size < 0 || a->batch_size > 65535 || a->max_extend_len < 0 ||
+      a->num_tokens < 0 || a->num_splits < 1 || a->num_splits > KDTREE_MAX_SPLITS)
+    return KDTREE_ERR_ARG;
+  if (a->batch_size == 0 || a->num_tokens == 0 || a->max_extend_len == 0) return KDTREE_OK;
+  if (!a->q || !a->k_extend || !a->v_extend || !a->kv_buffer || !a->qo_indptr || !a->kv_indptr ||
+      !a->kv_indices || !a->mask_indptr || !a->custom_mask || !a->out)
+    return KDTREE_ERR_ARG;
+  if (a->num_splits > 1) {
+    const int64_t need = kdtree_verify_workspace_bytes(a->num_tokens, a->num_heads, a->num_splits);
+    if (a->workspace == nullptr || a->workspace_bytes < need) return KDTREE_ERR_WORKSPACE;
+  }
+  const int64_t m_blocks = ceil_div64(static_cast<int64_t>(a->max_extend_len) * a->num_heads, KDTREE_BLOCK_M);
+  if (m_blocks > 0x7fffffff) return KDTREE_ERR_ARG;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(a->num_splits),
+                  static_cast<unsigned>(a->batch_size));
+  if (a->kv_dtype == KDTREE_KV_BF16)
+    kdtree::verify_attn_kernel<kdtree::KvBf16><<<grid, kdtree::NTHREADS, kdtree::SMEM_BYTES, s>>>(*a);
+  else
+    kdtree::verify_attn_kernel<kdtree::KvFp8><<<grid, kdtree::NTHREADS, kdtree::SMEM_BYTES, s>>>(*a);
+  if (a->num_splits > 1) {
+    const int64_t rows = static_cast<int64_t>(a->num_tokens) * a->num_heads;
+    if (rows > 0x7fffffff) return KDTREE_ERR_ARG;
+    kdtree::combine_kernel<<<static_cast<unsigned>(rows), kdtree::COMBINE_THREADS, 0, s>>>(*a);
+  }
+  return cudaGetLastError() == cudaSuccess ? KDTREE_OK : KDTREE_ERR_LAUNCH;
+}
