@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Build (once) the venv that runs the real sglang==0.5.23 wheel on a machine without a GPU:
+# torch/torchvision from local disk, sglang with --no-deps, plus the import-time needs listed in
+# shared/reference/sglang-0.5.23.md. A stamp holding the hash of this script makes a second run a
+# no-op; change the script and the venv is rebuilt.
+# Usage: scripts/sglang-venv.sh <venv-dir> [python]
+set -euo pipefail
+
+venv=${1:?usage: sglang-venv.sh <venv-dir> [python]}
+python=${2:-python3}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+want=$(sha256sum "$here/sglang-venv.sh" | cut -d' ' -f1)
+stamp="$venv/.kdtree-stamp"
+
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+  echo "sglang venv: reusing $venv"
+  exit 0
+fi
+
+rm -rf "$venv"
+"$python" -m venv "$venv"
+pip=("$venv/bin/pip" install -q --no-input)
+"${pip[@]}" --upgrade pip
+"${pip[@]}" torch==2.14.1 torchvision==0.29.1
+"${pip[@]}" --no-deps sglang==0.5.23
+"${pip[@]}" numpy orjson psutil pybase64 requests packaging pillow starlette msgspec pydantic pyzmq tqdm \
+  IPython aiohttp transformers==5.19.0 sentencepiece dill apache-tvm-ffi==0.1.11 compressed-tensors gguf \
+  openai partial_json_parser einops pyyaml uvicorn uvloop fastapi setproctitle jsonschema xgrammar \
+  soundfile python-multipart pytest
+"$venv/bin/python" - <<'PY'
+import importlib.metadata as md
+import sglang.srt.layers.attention.triton_backend as tb
+print("sglang", md.version("sglang"), "torch", md.version("torch"), "triton_backend ok:", tb.__name__)
+PY
+echo "$want" > "$stamp"
