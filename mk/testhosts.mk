@@ -1,0 +1,32 @@
+# Test hosts: the podman image, the SGLang test double, the local fleet (scripts/testhosts/).
+.PHONY: testhost-image testhost-bundle fleet-up fleet-down fleet-status test-testhosts test-double-fast
+
+TESTHOSTS_N ?= 3
+
+testhost-image: system-deps
+	@start=$$(date +%s); bash scripts/testhosts/build-image.sh; \
+	  echo "testhost-image: ready in $$(( $$(date +%s) - start )) s"
+
+# .cache/testhost/double-bundle{,.tar.gz}: what a host needs to install the double (install-double.sh inside).
+testhost-bundle: venv
+	bash scripts/testhosts/make-bundle.sh
+
+fleet-up: testhost-image venv
+	bash scripts/testhosts/fleet.sh up $(TESTHOSTS_N)
+
+fleet-down:
+	bash scripts/testhosts/fleet.sh down
+
+fleet-status:
+	bash scripts/testhosts/fleet.sh status
+
+# Real systemd test hosts (podman): the stock unit with the double, titles, environ, crash semantics.
+test-testhosts: testhost-image venv
+	$(VBIN)/pytest -q tests/testhosts -m "not fast_double"
+
+# The double alone, no container: CLI, process titles, /health, death semantics.
+test-double-fast: venv
+	$(VBIN)/pytest -q tests/testhosts -m fast_double
+
+TEST_TARGETS += test-testhosts
+TEST_FAST_TARGETS += test-double-fast
