@@ -22,11 +22,11 @@ fleet-status:
 
 # Real systemd test hosts (podman): the stock unit with the double, titles, environ, crash semantics.
 test-testhosts: testhost-image venv
-	$(VBIN)/pytest -q tests/testhosts -m "not fast_double"
+	$(VBIN)/pytest -q tests/testhosts/test_hosts.py
 
 # The double alone, no container: CLI, process titles, /health, death semantics.
 test-double-fast: venv
-	$(VBIN)/pytest -q tests/testhosts -m fast_double
+	$(VBIN)/pytest -q tests/testhosts/test_double_local.py
 
 TEST_TARGETS += test-testhosts
 TEST_FAST_TARGETS += test-double-fast

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Runs INSIDE a test host (as root). Installs the SGLang TEST DOUBLE the way an operator had the
+# real engine: a venv made from Debian's /usr/bin/python3 at /opt/sglang/venv, the `sglang`
+# package in that venv's site-packages (with a dist-info, so importlib.metadata sees
+# sglang 0.5.23+testdouble), a tiny model directory /models/tiny-test, and the stock unit
+# /etc/systemd/system/sglang.service, enabled and started.
+#
+# Usage: install-double.sh [--src DIR] [--no-start] [--wait SECONDS]
+#   DIR (default: this script's directory) holds sglang/ (the package), sglang.service and
+#   optionally wheels/*.whl (setproctitle, installed offline: hosts cannot reach PyPI).
+#   --wait: after starting, wait up to SECONDS (default 60; 0 = do not wait) for /health == 200.
+# Idempotent: a second run with the same files changes nothing and leaves a running unit alone.
+set -euo pipefail
+
+SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+START=1
+WAIT=60
+while (($#)); do
+  case "$1" in
+    --src) SRC="$2"; shift 2 ;;
+    --no-start) START=0; shift ;;
+    --wait) WAIT="$2"; shift 2 ;;
+    *) echo "install-double: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+VENV=/opt/sglang/venv
+UNIT=/etc/systemd/system/sglang.service
+MODEL=/models/tiny-test
+VERSION=0.5.23+testdouble
+changed=0
+log() { echo "install-double: $*"; }
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+  /usr/bin/python3 -m venv "$VENV"
+  log "created $VENV from /usr/bin/python3"
+  changed=1
+fi
+SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+
+shopt -s nullglob
+for whl in "$SRC"/wheels/*.whl; do
+  name="$(basename "$whl" | cut -d- -f1)"
+  if ! "$VENV/bin/python" -m pip show -q "$name" >/dev/null 2>&1; then
+    "$VENV/bin/python" -m pip install -q --no-index --no-deps --disable-pip-version-check "$whl"
+    log "installed $(basename "$whl")"
+    changed=1
+  fi
+done
+shopt -u nullglob
+
+# The package: replace it when its content differs.
+want="$(cd "$SRC" && find sglang -name '*.py' -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)"
+have="$(cat "$SITE/sglang/.double-hash" 2>/dev/null || true)"
+if [[ "$want" != "$have" ]]; then
+  rm -rf "$SITE/sglang" "$SITE"/sglang-*.dist-info
+  (cd "$SRC" && find sglang -name '*.py' -type f -print0 | xargs -0 cp --parents -t "$SITE")
+  echo "$want" >"$SITE/sglang/.double-hash"
+  dist="$SITE/sglang-$VERSION.dist-info"
+  mkdir -p "$dist"
+  printf 'Metadata-Version: 2.1\nName: sglang\nVersion: %s\nSummary: TEST DOUBLE of SGLang (kdtree-fleet), not the real engine\n' \
+    "$VERSION" >"$dist/METADATA"
+  echo kdtree-install-double >"$dist/INSTALLER"
+  echo sglang >"$dist/top_level.txt"
+  (cd "$SITE" && find sglang "${dist##*/}" -type f ! -name RECORD | LC_ALL=C sort | sed 's/$/,,/') >"$dist/RECORD"
+  echo "${dist##*/}/RECORD,," >>"$dist/RECORD"
+  "$VENV/bin/python" -m compileall -q "$SITE/sglang" >/dev/null
+  log "installed sglang test double ($want) into $SITE"
+  changed=1
+fi
+
+if [[ ! -f "$MODEL/config.json" ]]; then
+  mkdir -p "$MODEL"
+  cat >"$MODEL/config.json" <<'JSON'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+ "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
+ "num_hidden_layers": 2, "vocab_size": 256, "max_position_embeddings": 2048,
+ "torch_dtype": "bfloat16"}
+JSON
+  log "created $MODEL"
+fi
+
+if ! cmp -s "$SRC/sglang.service" "$UNIT"; then
+  install -m 0644 "$SRC/sglang.service" "$UNIT"
+  systemctl daemon-reload
+  log "installed $UNIT"
+  changed=1
+fi
+
+((START)) || exit 0
+systemctl enable -q sglang.service
+if ((changed)) || ! systemctl is-active -q sglang.service; then
+  systemctl restart sglang.service
+  log "started sglang.service"
+fi
+if ((WAIT > 0)); then
+  for ((i = 0; i < WAIT * 5; i++)); do
+    code="$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/health || true)"
+    if [[ "$code" == 200 ]]; then
+      log "sglang.service healthy (/health 200)"
+      exit 0
+    fi
+    if [[ "$(systemctl show -p ActiveState --value sglang.service)" == failed ]]; then
+      journalctl -o cat --no-pager _SYSTEMD_INVOCATION_ID="$(systemctl show -p InvocationID --value sglang.service)" | tail -n 40 >&2
+      log "sglang.service failed"
+      exit 1
+    fi
+    sleep 0.2
+  done
+  log "sglang.service not healthy after ${WAIT}s"
+  exit 1
+fi

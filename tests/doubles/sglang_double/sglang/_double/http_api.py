@@ -1,0 +1,115 @@
+"""TEST DOUBLE of SGLang's HTTP API (stdlib http.server instead of FastAPI/uvicorn).
+
+Endpoints: /health and /health_generate (503 until warm-up is done, then 200), /model_info and
+/get_model_info, /v1/models, /server_info, and POST /generate (answers a fixed one-token text).
+Like the real engine the socket is bound only after every scheduler reported ready.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+class ServerState:
+    def __init__(self, args: argparse.Namespace, model_config: dict[str, Any], scheduler_pids: list[int]):
+        self.args = args
+        self.model_config = model_config
+        self.scheduler_pids = scheduler_pids
+        self.ready = threading.Event()
+
+    def model_info(self) -> dict[str, Any]:
+        return {
+            "model_path": self.args.model_path,
+            "tokenizer_path": self.args.tokenizer_path,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "model_type": self.model_config.get("model_type"),
+            "architectures": self.model_config.get("architectures"),
+            "test_double": True,
+        }
+
+    def context_length(self) -> int:
+        return int(self.args.context_length or self.model_config.get("max_position_embeddings", 4096))
+
+
+def _handler_class(state: ServerState) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "sglang-test-double"
+
+        def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+            self.log_message('"%s" %s', self.requestline, str(code))
+
+        def log_message(self, format: str, *args: Any) -> None:
+            # uvicorn's access-log shape: 127.0.0.1:PORT - "GET /health HTTP/1.1" 200
+            logger.info("%s:%d - %s", self.client_address[0], self.client_address[1], format % args)
+
+        def _send(self, code: int, body: dict[str, Any] | str) -> None:
+            data = (json.dumps(body) if isinstance(body, dict) else body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json" if isinstance(body, dict) else "text/plain")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path in ("/health", "/health_generate", "/ready"):
+                self._send(200, "") if state.ready.is_set() else self._send(503, "")
+            elif path in ("/model_info", "/get_model_info"):
+                self._send(200, state.model_info())
+            elif path == "/v1/models":
+                card = {
+                    "id": state.args.served_model_name,
+                    "object": "model",
+                    "owned_by": "sglang",
+                    "root": state.args.model_path,
+                    "max_model_len": state.context_length(),
+                }
+                self._send(200, {"object": "list", "data": [card]})
+            elif path in ("/server_info", "/get_server_info"):
+                info = dict(vars(state.args))
+                info.update(
+                    test_double=True, scheduler_pids=state.scheduler_pids, version="0.5.23+testdouble"
+                )
+                self._send(200, info)
+            else:
+                self._send(404, {"detail": "Not Found"})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b"{}"
+            if self.path.split("?", 1)[0] != "/generate":
+                self._send(404, {"detail": "Not Found"})
+                return
+            try:
+                req = json.loads(raw or b"{}")
+            except json.JSONDecodeError as exc:
+                self._send(400, {"error": {"message": f"invalid JSON: {exc}"}})
+                return
+            prompt = str(req.get("text", ""))
+            meta = {
+                "id": uuid.uuid4().hex,
+                "finish_reason": {"type": "length", "length": 1},
+                "prompt_tokens": len(prompt.split()),
+                "completion_tokens": 1,
+            }
+            self._send(200, {"text": " double", "meta_info": meta})
+
+    return Handler
+
+
+def start_http_server(state: ServerState) -> ThreadingHTTPServer:
+    """Bind host:port and serve in a daemon thread. Raises OSError when the bind fails."""
+    server = ThreadingHTTPServer((state.args.host, state.args.port), _handler_class(state))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    return server

@@ -1,0 +1,39 @@
+"""TEST DOUBLE failure and timing knobs, read from the environment (children inherit them)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+def _float(name: str, default: float | None) -> float | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    return float(raw)
+
+
+def _int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    return int(raw) if raw else default
+
+
+@dataclass(frozen=True)
+class Knobs:
+    load_seconds: float  # simulated weight loading per scheduler
+    warmup_seconds: float  # between binding HTTP and "ready to roll"
+    crash_after: float | None  # seconds after the scheduler starts; None = never
+    crash_rank: int
+    hang: bool  # one rank never becomes ready
+    hang_rank: int
+
+    @classmethod
+    def from_env(cls) -> Knobs:
+        return cls(
+            load_seconds=_float("SGLANG_DOUBLE_LOAD_SECONDS", 2.0) or 0.0,
+            warmup_seconds=_float("SGLANG_DOUBLE_WARMUP_SECONDS", 0.5) or 0.0,
+            crash_after=_float("SGLANG_DOUBLE_CRASH_AFTER", None),
+            crash_rank=_int("SGLANG_DOUBLE_CRASH_RANK", 0),
+            hang=os.environ.get("SGLANG_DOUBLE_HANG", "") not in ("", "0"),
+            hang_rank=_int("SGLANG_DOUBLE_HANG_RANK", 0),
+        )
