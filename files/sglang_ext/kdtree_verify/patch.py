@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable
 from types import ModuleType
@@ -370,12 +371,12 @@ def _runtime_fallback(reason: str) -> None:
     marker.emit_runtime_fallback(reason)
 
 
-def _write_kv_like_original(backend, module_globals: dict, layer, forward_batch, k, v) -> None:
+def _write_kv_like_original(backend, layer, forward_batch, k, v) -> None:
     """The `save_kv_cache` branch of the 0.5.23 `forward_extend`, verbatim in behaviour:
     `KVWriteLoc.for_batch(forward_batch, swa_loc=forward_metadata.swa_out_cache_loc)`, then
     `_set_kv_buffer` when `layer.k_scale is None`, else for MLA `set_kv_buffer(layer, loc, k/k_scale, v)`.
     """
-    kv_write_loc = module_globals["KVWriteLoc"]
+    kv_write_loc = sys.modules[TARGET_MODULE].KVWriteLoc  # the name the original resolves
     loc_info = kv_write_loc.for_batch(forward_batch, swa_loc=backend.forward_metadata.swa_out_cache_loc)
     if layer.k_scale is None:
         backend._set_kv_buffer(forward_batch, layer, loc_info, k, v)
@@ -427,7 +428,7 @@ def dispatch(original, backend, q, k, v, layer, forward_batch, save_kv_cache, si
         return _validate(run_original, kernel, backend, q, k, v, layer)
     # mode "on": the KV write of the original, then the kernel only.
     if save_kv_cache:
-        _write_kv_like_original(backend, type(backend).forward_extend.__globals__, layer, forward_batch, k, v)
+        _write_kv_like_original(backend, layer, forward_batch, k, v)
     attn_out = getattr(forward_batch, "_attn_output", None)
     out = attn_out if attn_out is not None else q.new_empty((q.shape[0], layer.tp_q_head_num * HEAD_DIM_V))
     try:

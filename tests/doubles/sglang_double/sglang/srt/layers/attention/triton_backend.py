@@ -111,7 +111,7 @@ class TritonAttnBackend(AttentionBackend):
         else:
             k_descale, v_descale = 1.0, 1.0
         md = self.forward_metadata
-        if not hasattr(q, "new_empty"):  # plain-Python test objects: no tensor maths
+        if not hasattr(q, "contiguous"):  # plain-Python test objects: no tensor maths
             return self.extend_attention_fwd(q, k, v, None, layer, md, causal)
         o = q.new_empty((q.shape[0], layer.tp_q_head_num * layer.v_head_dim))
         self.extend_attention_fwd(

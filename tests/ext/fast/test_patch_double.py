@@ -1,0 +1,322 @@
+"""install/uninstall/status and dispatch rules against the torch-free SGLang double (0.5.23 signatures)."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+from extlib import FakeTensor, RecordingPool
+from kdtree_verify import kernel, patch
+
+tb = pytest.importorskip("sglang.srt.layers.attention.triton_backend")
+from sglang.srt.layers.radix_attention import AttentionType, RadixAttention  # noqa: E402
+from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode  # noqa: E402
+
+ORIGINAL = tb.TritonAttnBackend.__dict__["forward_extend"]
+T, H = 8, 16
+
+
+class RecordingKernel:
+    def __init__(self, unsupported: str | None = None) -> None:
+        self.calls: list[dict] = []
+        self.unsupported = unsupported
+
+    def unsupported_reason(self, device):
+        return self.unsupported
+
+    def run(self, **kwargs):
+        self.calls.append(kwargs)
+
+
+class Binding:
+    """The real kernel.probe_library (real .so files) with a recording kernel behind load()."""
+
+    KernelUnavailable = kernel.KernelUnavailable
+
+    def __init__(self, kern: RecordingKernel | None = None, load_error: str = "") -> None:
+        self.kernel = kern or RecordingKernel()
+        self.load_error = load_error
+
+    def probe_library(self, path):
+        return kernel.probe_library(path)
+
+    def load(self, path):
+        if self.load_error:
+            raise kernel.KernelUnavailable(self.load_error)
+        return self.kernel
+
+
+def make_backend(is_draft: bool = False, kv_dtype: str = "torch.bfloat16", **attrs):
+    runner = SimpleNamespace(
+        token_to_kv_pool=RecordingPool(kv_dtype),
+        is_draft_worker=is_draft,
+        page_size=1,
+        model_config=SimpleNamespace(attention_arch="MLA"),
+    )
+    backend = tb.TritonAttnBackend(runner)
+    backend.forward_metadata = tb.ForwardMetadata(
+        max_extend_len=4,
+        qo_indptr=FakeTensor((3,), "torch.int64"),
+        kv_indptr=FakeTensor((3,), "torch.int32"),
+        kv_indices=FakeTensor((20,), "torch.int64"),
+        custom_mask=FakeTensor((100,), "torch.bool"),
+        mask_indptr=FakeTensor((3,), "torch.int64"),
+    )
+    for name, value in attrs.items():
+        setattr(backend, name, value)
+    return backend
+
+
+def mla_layer(**overrides):
+    layer = RadixAttention(H, 576, 0.1, num_kv_heads=1, layer_id=3, v_head_dim=512)
+    for name, value in overrides.items():
+        setattr(layer, name, value)
+    return layer
+
+
+def call(backend, mode=ForwardMode.TARGET_VERIFY, layer=None, save_kv_cache=True, **kwargs):
+    q = kwargs.pop("q", FakeTensor((T, H, 576)))
+    k = kwargs.pop("k", FakeTensor((T, 1, 576)))
+    v = kwargs.pop("v", FakeTensor((T, 1, 512)))
+    batch = ForwardBatch(forward_mode=mode, batch_size=2, out_cache_loc="slots")
+    return backend.forward(q, k, v, layer or mla_layer(), batch, save_kv_cache=save_kv_cache, **kwargs)
+
+
+@pytest.fixture
+def active(libs, monkeypatch):
+    binding = Binding()
+    monkeypatch.setenv("KDTREE_VERIFY", "on")
+    monkeypatch.setenv("KDTREE_LIB", str(libs["good"]))
+    st = patch.install(tb, binding=binding)
+    assert st["state"] == "active", st
+    return binding
+
+
+def test_install_puts_a_wrapper_on_the_class_and_uninstall_restores_the_original(active):
+    wrapper = tb.TritonAttnBackend.__dict__["forward_extend"]
+    assert patch.is_wrapper(wrapper) and wrapper.__wrapped__ is ORIGINAL
+    assert patch.status()["lib_sha256"] and patch.status()["kernel_loaded"] is False
+    assert patch.uninstall()["state"] == "not-installed"
+    assert tb.TritonAttnBackend.__dict__["forward_extend"] is ORIGINAL
+    assert patch.uninstall()["state"] == "not-installed"  # idempotent
+
+
+def test_install_twice_and_from_many_threads_wraps_exactly_once(active, libs):
+    first = tb.TritonAttnBackend.__dict__["forward_extend"]
+    threads = [
+        threading.Thread(target=patch.install, args=(tb,), kwargs={"binding": active}) for _ in range(8)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert tb.TritonAttnBackend.__dict__["forward_extend"] is first
+    assert first.__wrapped__ is ORIGINAL
+
+
+def test_status_reports_fallback_when_someone_replaced_the_wrapper(active):
+    tb.TritonAttnBackend.forward_extend = ORIGINAL
+    st = patch.status()
+    assert st["state"] == "fallback" and "no longer the kdtree wrapper" in st["reason"]
+
+
+def test_off_is_the_default_and_never_patches(libs, monkeypatch):
+    monkeypatch.delenv("KDTREE_VERIFY", raising=False)
+    monkeypatch.setenv("KDTREE_LIB", str(libs["good"]))
+    st = patch.install(tb, binding=Binding())
+    assert (st["mode"], st["state"]) == ("off", "off")
+    assert tb.TritonAttnBackend.__dict__["forward_extend"] is ORIGINAL
+
+
+@pytest.mark.parametrize(
+    ("lib_key", "reason_part"),
+    [
+        ("missing", "library not found"),
+        ("not_elf", "dlopen failed"),
+        ("no_symbol", "missing symbol"),
+        ("wrong_abi", "ABI mismatch"),
+    ],
+)
+def test_every_library_failure_falls_back_and_leaves_the_original(libs, monkeypatch, lib_key, reason_part):
+    monkeypatch.setenv("KDTREE_VERIFY", "on")
+    monkeypatch.setenv("KDTREE_LIB", str(libs[lib_key]))
+    st = patch.install(tb)  # the real kdtree_verify.kernel binding
+    assert st["state"] == "fallback" and reason_part in st["reason"], st
+    assert tb.TritonAttnBackend.__dict__["forward_extend"] is ORIGINAL
+
+
+def test_unset_library_and_unknown_mode_fall_back(monkeypatch):
+    monkeypatch.setenv("KDTREE_VERIFY", "validate")
+    monkeypatch.delenv("KDTREE_LIB", raising=False)
+    assert patch.install(tb)["reason"] == "KDTREE_LIB is not set"
+    patch.reset_for_tests()
+    monkeypatch.setenv("KDTREE_VERIFY", "yes")
+    st = patch.install(tb)
+    assert st["state"] == "fallback" and "unknown KDTREE_VERIFY" in st["reason"]
+    assert tb.TritonAttnBackend.__dict__["forward_extend"] is ORIGINAL
+
+
+def test_a_different_sglang_signature_falls_back_without_patching(libs, monkeypatch):
+    class Newer:
+        def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, sinks=None, extra=None):
+            return "newer"
+
+    module = SimpleNamespace(TritonAttnBackend=Newer)
+    monkeypatch.setenv("KDTREE_VERIFY", "on")
+    monkeypatch.setenv("KDTREE_LIB", str(libs["good"]))
+    st = patch.install(module, binding=Binding())
+    assert st["state"] == "fallback" and "signature" in st["reason"]
+    assert Newer.__dict__["forward_extend"](None, *range(5)) == "newer"
+
+
+def test_a_module_without_the_class_falls_back(libs, monkeypatch):
+    monkeypatch.setenv("KDTREE_VERIFY", "on")
+    monkeypatch.setenv("KDTREE_LIB", str(libs["good"]))
+    st = patch.install(SimpleNamespace(), binding=Binding())
+    assert st["state"] == "fallback" and "has no TritonAttnBackend" in st["reason"]
+
+
+def test_a_missing_kernel_binding_is_a_fallback_reason(libs, monkeypatch):
+    monkeypatch.setenv("KDTREE_VERIFY", "on")
+    monkeypatch.setenv("KDTREE_LIB", str(libs["good"]))
+
+    def no_binding():
+        raise ImportError("No module named 'kdtree_verify.kernel'")
+
+    monkeypatch.setattr(patch, "_load_binding", no_binding)
+    st = patch.install(tb)
+    assert st["state"] == "fallback" and "kernel binding not importable" in st["reason"]
+
+
+def test_target_verify_on_the_target_model_runs_the_kernel_after_the_original_kv_write(active):
+    backend = make_backend()
+    out = call(backend)
+    assert backend.calls == []  # the original never ran
+    (args,) = active.kernel.calls
+    assert args["out"].shape == (T, H * 512) and out is args["out"]
+    assert args["kv_buffer"] is backend.token_to_kv_pool.buffer
+    assert args["batch_size"] == 2 and args["max_extend_len"] == 4
+    assert args["sm_scale"] == 0.1 and args["kv_scale"] == 1.0
+    ((layer_id, loc, k, v, scales),) = backend.token_to_kv_pool.writes
+    assert layer_id == 3 and loc.loc == "slots" and k.shape == (T, 1, 576) and scales == ()
+    assert patch.status()["counts"] == {"kernel": 1}
+
+
+def test_save_kv_cache_false_writes_nothing(active):
+    backend = make_backend()
+    call(backend, save_kv_cache=False)
+    assert backend.token_to_kv_pool.writes == [] and len(active.kernel.calls) == 1
+
+
+def test_fp8_kv_cache_divides_k_by_the_scale_like_the_original_and_passes_kv_scale(active):
+    backend = make_backend(kv_dtype="torch.float8_e4m3fn")
+    layer = mla_layer(k_scale="K_SCALE", v_scale="V_SCALE", k_scale_float=0.5, v_scale_float=0.5)
+    call(backend, layer=layer)
+    ((_, _, k, _, scales),) = backend.token_to_kv_pool.writes
+    assert k.divided_by == "K_SCALE" and scales == ()
+    assert active.kernel.calls[0]["kv_scale"] == 0.5
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [m for m in ForwardMode if m not in (ForwardMode.TARGET_VERIFY, ForwardMode.IDLE, ForwardMode.DECODE)],
+)
+def test_every_other_extend_mode_goes_to_the_original(active, mode):
+    backend = make_backend()
+    assert call(backend, mode=mode) == tb.DOUBLE_OUTPUT
+    assert backend.calls == ["forward_extend"] and active.kernel.calls == []
+
+
+def test_decode_is_untouched(active):
+    backend = make_backend()
+    call(backend, mode=ForwardMode.DECODE)
+    assert backend.calls == ["forward_decode"] and active.kernel.calls == []
+
+
+UNSUPPORTED = {
+    "draft runner": ({"is_draft_runner": True}, {}, {}),
+    "page size": ({"page_size": 16}, {}, {}),
+    "not mla": ({"use_mla": False}, {}, {}),
+    "dcp": ({"dcp_size": 2}, {}, {}),
+    "deterministic": ({"enable_deterministic": True}, {}, {}),
+    "dense fp8": ({"use_dense_fp8_chunked_prefill": True}, {}, {}),
+    "dllm": ({"dllm_attention": object()}, {}, {}),
+    "logit cap": ({}, {"logit_cap": 30.0}, {}),
+    "sliding window": ({}, {"sliding_window_size": 128}, {}),
+    "cross attention": ({}, {"is_cross_attention": True}, {}),
+    "encoder only": ({}, {"attn_type": AttentionType.ENCODER_ONLY}, {}),
+    "bidirectional": ({}, {"attn_type": AttentionType.DECODER_BIDIRECTIONAL}, {}),
+    "xai temperature": ({}, {"xai_temperature_len": 8}, {}),
+    "two kv heads": ({}, {"tp_k_head_num": 2}, {}),
+    "head dim 128": ({}, {"qk_head_dim": 192, "v_head_dim": 128}, {}),
+    "sinks": ({}, {}, {"sinks": "s"}),
+    "score_mod": ({}, {}, {"score_mod": "m"}),
+    "aux_tensors": ({}, {}, {"aux_tensors": "a"}),
+    "fp16 q": ({}, {}, {"q": FakeTensor((T, H, 576), "torch.float16")}),
+    "fp8 e5m2 kv": ({"_kv": "torch.float8_e5m2"}, {}, {}),
+    "no tree mask": ({"_no_mask": True}, {}, {}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNSUPPORTED))
+def test_unsupported_shapes_and_options_go_to_the_original_unchanged(active, case):
+    backend_attrs, layer_attrs, call_kwargs = UNSUPPORTED[case]
+    backend_attrs = dict(backend_attrs)
+    kv = backend_attrs.pop("_kv", "torch.bfloat16")
+    no_mask = backend_attrs.pop("_no_mask", False)
+    backend = make_backend(kv_dtype=kv, **backend_attrs)
+    if no_mask:
+        backend.forward_metadata.custom_mask = None
+    assert call(backend, layer=mla_layer(**layer_attrs), **call_kwargs) == tb.DOUBLE_OUTPUT
+    assert backend.calls == ["forward_extend"] and active.kernel.calls == []
+    (key,) = patch.status()["counts"]
+    assert key.startswith("original:")
+
+
+def test_a_library_that_fails_to_load_on_the_first_verify_call_falls_back_for_good(libs, monkeypatch, capsys):
+    monkeypatch.setenv("KDTREE_VERIFY", "on")
+    monkeypatch.setenv("KDTREE_LIB", str(libs["good"]))
+    binding = Binding(load_error="torch is not importable")
+    assert patch.install(tb, binding=binding)["state"] == "active"
+    backend = make_backend()
+    assert call(backend) == tb.DOUBLE_OUTPUT and call(backend) == tb.DOUBLE_OUTPUT
+    assert backend.calls == ["forward_extend", "forward_extend"]
+    st = patch.status()
+    assert st["state"] == "fallback" and "torch is not importable" in st["reason"]
+    assert capsys.readouterr().err.count("kdtree-verify-fallback:") == 1
+
+
+def test_an_unsupported_gpu_falls_back_to_the_original(libs, monkeypatch):
+    monkeypatch.setenv("KDTREE_VERIFY", "on")
+    monkeypatch.setenv("KDTREE_LIB", str(libs["good"]))
+    binding = Binding(RecordingKernel(unsupported="sm_90 is not in the library (sm_120a)"))
+    patch.install(tb, binding=binding)
+    backend = make_backend()
+    assert call(backend) == tb.DOUBLE_OUTPUT and binding.kernel.calls == []
+    assert "sm_90" in patch.status()["reason"]
+
+
+def test_a_kernel_that_raises_falls_back_without_writing_the_kv_twice(active):
+    def boom(**kwargs):
+        raise RuntimeError("launch failed")
+
+    active.kernel.run = boom
+    backend = make_backend()
+    assert call(backend) == tb.DOUBLE_OUTPUT
+    assert len(backend.token_to_kv_pool.writes) == 1  # ours; the original ran with save_kv_cache=False
+    assert patch.status()["state"] == "fallback"
+
+
+def test_around_hook_binds_positional_and_keyword_arguments_like_the_real_signature(active):
+    backend = make_backend()
+    q, k, v = FakeTensor((T, H, 576)), FakeTensor((T, 1, 576)), FakeTensor((T, 1, 512))
+    batch = ForwardBatch(forward_mode=ForwardMode.EXTEND, out_cache_loc="slots")
+    seen = []
+
+    def original(self, *args):
+        seen.append(args)
+        return "orig"
+
+    assert patch.around_hook(original, backend, q, k, v, mla_layer(), batch, save_kv_cache=False) == "orig"
+    assert seen[0][5:] == (False, None, None, None)
