@@ -199,7 +199,8 @@ def test_target_verify_on_the_target_model_runs_the_kernel_after_the_original_kv
     assert args["batch_size"] == 2 and args["max_extend_len"] == 4
     assert args["sm_scale"] == 0.1 and args["kv_scale"] == 1.0
     ((layer_id, loc, k, v, scales),) = backend.token_to_kv_pool.writes
-    assert layer_id == 3 and loc.loc == "slots" and k.shape == (T, 1, 576) and scales == ()
+    assert layer_id == 3 and loc.loc == "slots" and k.shape == (T, 1, 576) and v.shape == (T, 1, 512)
+    assert scales == ()
     assert patch.status()["counts"] == {"kernel": 1}
 
 
