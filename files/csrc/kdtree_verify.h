@@ -52,7 +52,7 @@ typedef struct kdtree_verify_args {
   const void* custom_mask; /* bool / uint8 bytes, != 0 means visible */
   void* out;               /* bf16 [T, H, 512] */
   int64_t out_stride_t, out_stride_h;
-  void* workspace;         /* >= kdtree_verify_workspace_bytes(num_tokens, H, num_splits) */
+  void* workspace;         /* >= kdtree_verify_workspace_bytes(batch, H, max_extend_len, splits) */
   int64_t workspace_bytes;
   int32_t batch_size;
   int32_t num_heads;
@@ -71,8 +71,11 @@ int kdtree_verify_prepare(int device);
 /* Split-KV count from host-known maxima only (never reads device memory). */
 int kdtree_verify_num_splits(int num_sms, int batch_size, int num_heads, int max_extend_len,
                              int64_t max_kv_len);
-/* Workspace bytes for the combine step (0 when num_splits == 1). */
-int64_t kdtree_verify_workspace_bytes(int num_tokens, int num_heads, int num_splits);
+/* Workspace bytes for the combine step (0 when num_splits == 1); independent of the token count. */
+int64_t kdtree_verify_workspace_bytes(int batch_size, int num_heads, int max_extend_len, int num_splits);
+/* Upper bound of kdtree_verify_workspace_bytes over every shape on a GPU with num_sms SMs, when
+   num_splits comes from kdtree_verify_num_splits: allocate it once, never grow (graph-safe). */
+int64_t kdtree_verify_max_workspace_bytes(int num_sms);
 /* Enqueue the computation on `stream` (a cudaStream_t). Never synchronises, never allocates. */
 int kdtree_verify_run(const kdtree_verify_args* args, void* stream);
 

@@ -277,15 +277,18 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
     tok[i] = grow[i] / H;              // draft token index t within the request
     valid[i] = grow[i] < rows && qo0 + tok[i] < a.num_tokens;
   }
-  const int64_t TH = static_cast<int64_t>(a.num_tokens) * H;  // rows per split in the workspace
+  // Workspace row of (split, request, m_block, local row); gridDim = (m_blocks, splits, batch).
+  // Its size depends only on the grid, never on the token buffer length (see workspace_bytes).
+  const int64_t ws_rows = static_cast<int64_t>(gridDim.x) * gridDim.y * gridDim.z * BM;
+  const int64_t ws_row0 = ((static_cast<int64_t>(split) * gridDim.z + r) * gridDim.x + mb) * BM;
   float* ws_o = static_cast<float*>(a.workspace);
-  float* ws_lse = ws_o + static_cast<int64_t>(a.num_splits) * TH * DV;
+  float* ws_lse = ws_o + ws_rows * DV;
 
   if (t_begin >= t_end) {  // empty split (short request): contributes nothing to the combine
     if (a.num_splits > 1 && ch == 0 && qd == 0) {
 #pragma unroll
       for (int i = 0; i < 2; ++i)
-        if (valid[i]) ws_lse[split * TH + (qo0 + tok[i]) * H + grow[i] % H] = -INFINITY;
+        if (valid[i]) ws_lse[ws_row0 + lr[i]] = -INFINITY;
     }
     return;
   }
@@ -436,7 +439,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
       for (int nt = 0; nt < NT_O; ++nt)
         *reinterpret_cast<uint32_t*>(out + nt * 8) = pack_bf16x2(o[nt][2 * i] * inv, o[nt][2 * i + 1] * inv);
     } else {
-      const int64_t R = split * TH + t * H + h;
+      const int64_t R = ws_row0 + lr[i];
       float* dst = ws_o + R * DV + ch * DV_PER_WARP + 2 * qd;
 #pragma unroll
       for (int nt = 0; nt < NT_O; ++nt)
@@ -447,33 +450,45 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
 }
 
 // ---------------------------------------------------------------------------------------------
-// Combine: one CTA of 128 threads per (token, head) row; thread k owns dims 4k..4k+3.
+// Combine: grid (m_blocks * BM, batch); one CTA of 128 threads per (request, row), thread k owns
+// dims 4k..4k+3. Reads the same workspace rows the main kernel wrote for every split.
 
 constexpr int COMBINE_THREADS = DV / 4;
 static_assert(COMBINE_THREADS == 128, "combine: 4 dims per thread");
 
 __global__ void __launch_bounds__(COMBINE_THREADS) combine_kernel(const kdtree_verify_args a) {
   const int H = a.num_heads;
-  const int64_t R = blockIdx.x;  // t * H + h over the whole token buffer
-  const int64_t t = R / H;
-  const int h = static_cast<int>(R % H);
-  const int64_t first = load_index(a.qo_indptr, a.qo_indptr_i64, 0);
-  const int64_t last = load_index(a.qo_indptr, a.qo_indptr_i64, a.batch_size);
-  if (t < first || t >= last) return;  // padding rows of a graph-sized buffer: left untouched
+  const int m_blocks = gridDim.x / BM;
+  const int mb = blockIdx.x / BM;
+  const int lrow = blockIdx.x % BM;
+  const int r = blockIdx.y;
+  const int64_t qo0 = load_index(a.qo_indptr, a.qo_indptr_i64, r);
+  const int n = static_cast<int>(load_index(a.qo_indptr, a.qo_indptr_i64, r + 1) - qo0);
+  const int grow = mb * BM + lrow;
+  if (n <= 0 || grow >= n * H) return;
+  const int64_t t = qo0 + grow / H;
+  const int h = grow % H;
+  if (t >= a.num_tokens) return;
+  const int64_t prefix_len = load_index(a.kv_indptr, a.kv_indptr_i64, r + 1) - load_index(a.kv_indptr, a.kv_indptr_i64, r);
+  if (prefix_len < 0) return;  // the main kernel skipped this request too
 
-  const int64_t TH = static_cast<int64_t>(a.num_tokens) * H;
+  const int64_t ws_rows = static_cast<int64_t>(m_blocks) * a.num_splits * gridDim.y * BM;
   const float* ws_o = static_cast<const float*>(a.workspace);
-  const float* ws_lse = ws_o + static_cast<int64_t>(a.num_splits) * TH * DV;
+  const float* ws_lse = ws_o + ws_rows * DV;
+  // Row of split s: ((s * batch + r) * m_blocks + mb) * BM + lrow.
+  const int64_t split_stride = static_cast<int64_t>(gridDim.y) * m_blocks * BM;
+  const int64_t R0 = (static_cast<int64_t>(r) * m_blocks + mb) * BM + lrow;
 
   float mx = -INFINITY;
-  for (int s = 0; s < a.num_splits; ++s) mx = fmaxf(mx, ws_lse[s * TH + R]);
+  for (int s = 0; s < a.num_splits; ++s) mx = fmaxf(mx, ws_lse[R0 + s * split_stride]);
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   float wsum = 0.f;
   if (mx != -INFINITY) {
     for (int s = 0; s < a.num_splits; ++s) {
-      const float w = exp2f(ws_lse[s * TH + R] - mx);  // -inf -> 0: empty splits add nothing
+      const int64_t R = R0 + s * split_stride;
+      const float w = exp2f(ws_lse[R] - mx);  // empty splits (-inf) add nothing
       if (w == 0.f) continue;
-      const float4 v = reinterpret_cast<const float4*>(ws_o + (s * TH + R) * DV)[threadIdx.x];
+      const float4 v = reinterpret_cast<const float4*>(ws_o + R * DV)[threadIdx.x];
       acc.x += w * v.x;
       acc.y += w * v.y;
       acc.z += w * v.z;
@@ -483,7 +498,7 @@ __global__ void __launch_bounds__(COMBINE_THREADS) combine_kernel(const kdtree_v
   }
   const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
   __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out) + t * a.out_stride_t + h * a.out_stride_h;
-  uint2 packed = make_uint2(pack_bf16x2(acc.x * inv, acc.y * inv), pack_bf16x2(acc.z * inv, acc.w * inv));
+  const uint2 packed = make_uint2(pack_bf16x2(acc.x * inv, acc.y * inv), pack_bf16x2(acc.z * inv, acc.w * inv));
   reinterpret_cast<uint2*>(out)[threadIdx.x] = packed;
 }
 
@@ -538,10 +553,23 @@ KDTREE_EXPORT int kdtree_verify_num_splits(int num_sms, int batch_size, int num_
   return static_cast<int>(splits);
 }
 
-KDTREE_EXPORT int64_t kdtree_verify_workspace_bytes(int num_tokens, int num_heads, int num_splits) {
-  if (num_splits <= 1 || num_tokens <= 0 || num_heads <= 0) return 0;
-  const int64_t rows = static_cast<int64_t>(num_splits) * num_tokens * num_heads;
+static int64_t m_blocks_of(int num_heads, int max_extend_len) {
+  return ceil_div64(static_cast<int64_t>(max_extend_len) * num_heads, KDTREE_BLOCK_M);
+}
+
+KDTREE_EXPORT int64_t kdtree_verify_workspace_bytes(int batch_size, int num_heads, int max_extend_len,
+                                                    int num_splits) {
+  if (num_splits <= 1 || batch_size <= 0 || num_heads <= 0 || max_extend_len <= 0) return 0;
+  const int64_t rows = static_cast<int64_t>(num_splits) * batch_size * m_blocks_of(num_heads, max_extend_len) *
+                       KDTREE_BLOCK_M;
   return rows * (KDTREE_V_DIM + 1) * static_cast<int64_t>(sizeof(float));
+}
+
+KDTREE_EXPORT int64_t kdtree_verify_max_workspace_bytes(int num_sms) {
+  // kdtree_verify_num_splits returns s > 1 only when ctas = batch * m_blocks < num_sms, with
+  // s <= ceil(num_sms / ctas), so s * ctas <= num_sms + ctas - 1 < 2 * num_sms.
+  if (num_sms < 1) num_sms = 1;
+  return static_cast<int64_t>(2) * num_sms * KDTREE_BLOCK_M * (KDTREE_V_DIM + 1) * static_cast<int64_t>(sizeof(float));
 }
 
 KDTREE_EXPORT int kdtree_verify_run(const kdtree_verify_args* a, void* stream) {
@@ -556,11 +584,12 @@ KDTREE_EXPORT int kdtree_verify_run(const kdtree_verify_args* a, void* stream) {
       !a->kv_indices || !a->mask_indptr || !a->custom_mask || !a->out)
     return KDTREE_ERR_ARG;
   if (a->num_splits > 1) {
-    const int64_t need = kdtree_verify_workspace_bytes(a->num_tokens, a->num_heads, a->num_splits);
+    const int64_t need =
+        kdtree_verify_workspace_bytes(a->batch_size, a->num_heads, a->max_extend_len, a->num_splits);
     if (a->workspace == nullptr || a->workspace_bytes < need) return KDTREE_ERR_WORKSPACE;
   }
-  const int64_t m_blocks = ceil_div64(static_cast<int64_t>(a->max_extend_len) * a->num_heads, KDTREE_BLOCK_M);
-  if (m_blocks > 0x7fffffff) return KDTREE_ERR_ARG;
+  const int64_t m_blocks = m_blocks_of(a->num_heads, a->max_extend_len);
+  if (m_blocks * KDTREE_BLOCK_M > 0x7fffffff) return KDTREE_ERR_ARG;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(a->num_splits),
                   static_cast<unsigned>(a->batch_size));
@@ -569,9 +598,8 @@ KDTREE_EXPORT int kdtree_verify_run(const kdtree_verify_args* a, void* stream) {
   else
     kdtree::verify_attn_kernel<kdtree::KvFp8><<<grid, kdtree::NTHREADS, kdtree::SMEM_BYTES, s>>>(*a);
   if (a->num_splits > 1) {
-    const int64_t rows = static_cast<int64_t>(a->num_tokens) * a->num_heads;
-    if (rows > 0x7fffffff) return KDTREE_ERR_ARG;
-    kdtree::combine_kernel<<<static_cast<unsigned>(rows), kdtree::COMBINE_THREADS, 0, s>>>(*a);
+    const dim3 cgrid(static_cast<unsigned>(m_blocks * KDTREE_BLOCK_M), static_cast<unsigned>(a->batch_size));
+    kdtree::combine_kernel<<<cgrid, kdtree::COMBINE_THREADS, 0, s>>>(*a);
   }
   return cudaGetLastError() == cudaSuccess ? KDTREE_OK : KDTREE_ERR_LAUNCH;
 }

@@ -25,7 +25,6 @@ ABI_VERSION = 1
 HEAD_DIM = 576  # 512 latent + 64 rope (absorbed MLA)
 V_DIM = 512
 BLOCK_M = 64  # rows (draft token x head) per CTA, must match KDTREE_BLOCK_M in the header
-_MAX_SPLITS = 64
 
 # Error codes of kdtree_verify_run (mirror of kdtree_verify.h).
 _ERR_NAMES = {
@@ -36,6 +35,15 @@ _ERR_NAMES = {
     4: "device lacks the shared memory this kernel needs",
     5: "struct size mismatch (binding and library disagree)",
 }
+
+
+_LAUNCH_SYMBOLS = (
+    "kdtree_verify_run",
+    "kdtree_verify_prepare",
+    "kdtree_verify_num_splits",
+    "kdtree_verify_workspace_bytes",
+    "kdtree_verify_max_workspace_bytes",
+)
 
 
 class KernelUnavailable(Exception):
@@ -140,18 +148,6 @@ def arch_of_capability(major: int, minor: int) -> str:
     return f"sm_{major}{minor}a"
 
 
-def choose_num_splits(
-    num_sms: int, batch_size: int, num_heads: int, max_extend_len: int, max_kv_len: int
-) -> int:
-    """Split count from host-known maxima only (mirrors kdtree_verify_num_splits in C)."""
-    m_blocks = max(1, -(-max_extend_len * num_heads // BLOCK_M))
-    ctas = max(1, batch_size * m_blocks)
-    splits = max(1, -(-num_sms // ctas))
-    max_tokens = max(1, max_kv_len + max_extend_len)
-    splits = min(splits, max(1, -(-max_tokens // 64)), _MAX_SPLITS)
-    return splits
-
-
 class VerifyKernel:
     """A loaded library bound to torch tensors."""
 
@@ -176,7 +172,9 @@ class VerifyKernel:
             ctypes.c_int64,
         ]
         lib.kdtree_verify_workspace_bytes.restype = ctypes.c_int64
-        lib.kdtree_verify_workspace_bytes.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        lib.kdtree_verify_workspace_bytes.argtypes = [ctypes.c_int] * 4
+        lib.kdtree_verify_max_workspace_bytes.restype = ctypes.c_int64
+        lib.kdtree_verify_max_workspace_bytes.argtypes = [ctypes.c_int]
         self._lock = threading.Lock()
         self._prepared: dict[int, str | None] = {}
         self._workspace: dict[int, Any] = {}
@@ -199,62 +197,27 @@ class VerifyKernel:
         return self._prepare(index)
 
     def _prepare(self, index: int) -> str | None:
+        """Once per device, outside CUDA graph capture: set the kernels' shared-memory attribute
+        and allocate the workspace at its upper bound for this GPU (it never grows afterwards)."""
         with self._lock:
             if index not in self._prepared:
                 torch = self._torch
                 if torch.cuda.is_current_stream_capturing():
-                    return "kernel not prepared before CUDA graph capture"
+                    return "kernel not prepared before CUDA graph capture (run one eager call first)"
                 with torch.cuda.device(index):
                     code = int(self.lib.kdtree_verify_prepare(index))
-                reason = None if code == 0 else f"prepare failed: {_ERR_NAMES.get(code, code)}"
-                self._prepared[index] = reason
-                self._num_sms[index] = torch.cuda.get_device_properties(index).multi_processor_count
+                if code != 0:
+                    self._prepared[index] = f"prepare failed: {_ERR_NAMES.get(code, code)}"
+                    return self._prepared[index]
+                num_sms = int(torch.cuda.get_device_properties(index).multi_processor_count)
+                nbytes = int(self.lib.kdtree_verify_max_workspace_bytes(num_sms))
+                self._workspace[index] = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{index}")
+                self._num_sms[index] = num_sms
+                self._prepared[index] = None
+                log.debug(
+                    "kdtree_verify prepared cuda:%d (%d SMs, workspace %d bytes)", index, num_sms, nbytes
+                )
             return self._prepared[index]
-
-    # -- workspace ------------------------------------------------------------------------
-    def _get_workspace(self, device: Any, nbytes: int) -> Any:
-        torch = self._torch
-        index = device.index
-        ws = self._workspace.get(index)
-        if ws is not None and ws.numel() >= nbytes:
-            return ws
-        if torch.cuda.is_current_stream_capturing():
-            have = 0 if ws is None else ws.numel()
-            raise RuntimeError(
-                f"kdtree_verify workspace needs {nbytes} bytes but has {have} during CUDA graph "
-                "capture; call reserve_workspace() or run once eagerly with the maximal shapes first"
-            )
-        grown = max(nbytes, 2 * (0 if ws is None else ws.numel()))
-        ws = torch.empty(grown, dtype=torch.uint8, device=device)
-        self._workspace[index] = ws
-        log.debug("kdtree_verify workspace on cuda:%d grown to %d bytes", index, grown)
-        return ws
-
-    def reserve_workspace(
-        self,
-        device: Any,
-        *,
-        num_tokens: int,
-        num_heads: int,
-        batch_size: int,
-        max_extend_len: int,
-        max_kv_len: int,
-    ) -> None:
-        """Grow the workspace for these maxima now (call outside CUDA graph capture)."""
-        dev = self._torch.device(device)
-        reason = self._prepare(dev.index)
-        if reason:
-            raise KernelUnavailable(reason)
-        splits = self.lib.kdtree_verify_num_splits(
-            self._num_sms[dev.index], batch_size, num_heads, max_extend_len, max_kv_len
-        )
-        nbytes = int(self.lib.kdtree_verify_workspace_bytes(num_tokens, num_heads, splits))
-        self._get_workspace(dev, nbytes)
-
-    # -- validation (no GPU needed) -------------------------------------------------------
-    def check_args(self, **kw: Any) -> None:
-        """Raise ValueError when the tensors do not fit the contract (shapes, dtypes, strides)."""
-        validate_args(self._torch, **kw)
 
     # -- launch ---------------------------------------------------------------------------
     def run(
@@ -292,19 +255,22 @@ class VerifyKernel:
             out=out,
         )
         dev = q.device
-        reason = self._prepare(dev.index)
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        reason = self._prepare(index)
         if reason:
             raise KernelUnavailable(reason)
         num_tokens, num_heads = int(q.shape[0]), int(q.shape[1])
-        if batch_size == 0 or num_tokens == 0:
+        if batch_size == 0 or num_tokens == 0 or max_extend_len == 0:
             return
         splits = int(
             self.lib.kdtree_verify_num_splits(
-                self._num_sms[dev.index], batch_size, num_heads, max_extend_len, int(kv_indices.numel())
+                self._num_sms[index], batch_size, num_heads, max_extend_len, int(kv_indices.numel())
             )
         )
-        ws_bytes = int(self.lib.kdtree_verify_workspace_bytes(num_tokens, num_heads, splits))
-        ws = self._get_workspace(dev, ws_bytes) if ws_bytes > 0 else None
+        ws = self._workspace[index]
+        ws_bytes = int(self.lib.kdtree_verify_workspace_bytes(batch_size, num_heads, max_extend_len, splits))
+        if ws_bytes > ws.numel():  # cannot happen with kdtree_verify_num_splits; never allocate here
+            raise RuntimeError(f"kdtree_verify workspace {ws.numel()} < {ws_bytes} bytes")
         args = _Args(
             struct_size=ctypes.sizeof(_Args),
             kv_dtype=1 if kv_buffer.dtype == torch.float8_e4m3fn else 0,
@@ -329,8 +295,8 @@ class VerifyKernel:
             out=out.data_ptr(),
             out_stride_t=out.stride(0),
             out_stride_h=out.stride(1),
-            workspace=None if ws is None else ws.data_ptr(),
-            workspace_bytes=0 if ws is None else ws.numel(),
+            workspace=ws.data_ptr(),
+            workspace_bytes=ws.numel(),
             batch_size=batch_size,
             num_heads=num_heads,
             max_extend_len=max_extend_len,
@@ -341,7 +307,7 @@ class VerifyKernel:
             kv_scale=float(kv_scale),
         )
         stream = torch.cuda.current_stream(dev).cuda_stream
-        with torch.cuda.device(dev.index):
+        with torch.cuda.device(index):
             code = int(self.lib.kdtree_verify_run(ctypes.byref(args), ctypes.c_void_p(stream)))
         if code != 0:
             raise RuntimeError(f"kdtree_verify_run failed: {_ERR_NAMES.get(code, code)} (code {code})")

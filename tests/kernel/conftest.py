@@ -1,0 +1,52 @@
+"""Fixtures of the kernel tests: built libraries per arch, import paths, the GPU's own library."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CSRC = ROOT / "files" / "csrc"
+BUILD_SH = CSRC / "build.sh"
+ARCHS = ("sm_120a", "sm_100a", "sm_90a")
+BUILD_DIR = Path(os.environ.get("KDTREE_KERNEL_BUILD_DIR", ROOT / "build" / "kernel"))
+NVCC = os.environ.get("KDTREE_NVCC", "/usr/local/cuda-13.0/bin/nvcc")
+
+for extra in (ROOT / "files" / "sglang_ext", ROOT / "bench"):
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
+
+
+def build_library(arch: str, out: Path) -> Path:
+    """Build (unless up to date) `out/libkdtree_verify.so` for `arch`; the log goes to out/build.log."""
+    lib = out / "libkdtree_verify.so"
+    sources = [*CSRC.glob("*.cu"), *CSRC.glob("*.h"), BUILD_SH]
+    if lib.exists() and (out / "build.log").exists():
+        if lib.stat().st_mtime >= max(p.stat().st_mtime for p in sources):
+            return lib
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = ["bash", str(BUILD_SH), "--arch", arch, "--out", str(out)]
+    if Path(NVCC).exists():
+        cmd += ["--nvcc", NVCC]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    (out / "build.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        pytest.fail(f"build.sh --arch {arch} failed:\n{proc.stdout}\n{proc.stderr}")
+    return lib
+
+
+@pytest.fixture(scope="session", params=ARCHS)
+def built_arch(request) -> tuple[str, Path]:
+    """(arch, library path) for each of the three arches, built into build/kernel/<arch>."""
+    arch = request.param
+    return arch, build_library(arch, BUILD_DIR / arch)
+
+
+@pytest.fixture(scope="session")
+def any_library() -> Path:
+    """One built library (sm_90a) for tests that only need a loadable file."""
+    return build_library("sm_90a", BUILD_DIR / "sm_90a")
