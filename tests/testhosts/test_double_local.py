@@ -1,0 +1,244 @@
+"""The SGLang TEST DOUBLE run directly on this machine (no container): CLI, process model, death.
+
+Fast (about 20 s): part of `make test-fast` (target test-double-fast).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOUBLE = ROOT / "tests" / "doubles" / "sglang_double"
+TIMEOUT = 20.0
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_DOUBLE_", "PYTHON"))}
+    env["PYTHONPATH"] = str(DOUBLE)
+    env.update(extra)
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait(cond: Callable[[], bool], timeout: float = TIMEOUT, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _http_status(port: int, path: str) -> int | None:
+    """HTTP status, or None when the connection is refused (nothing bound yet)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except (ConnectionRefusedError, urllib.error.URLError):
+        return None
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return state[state.rindex(")") + 2] != "Z"
+
+
+class Server:
+    def __init__(self, tmp_path: Path, args: list[str], **env: str) -> None:
+        self.port = _free_port()
+        model = tmp_path / "model"
+        model.mkdir(exist_ok=True)
+        (model / "config.json").write_text(
+            json.dumps({"model_type": "llama", "max_position_embeddings": 2048})
+        )
+        self.log_path = tmp_path / "server.log"
+        cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model)]
+        cmd += ["--port", str(self.port), *args]
+        self.log = self.log_path.open("w")
+        self.proc = subprocess.Popen(cmd, env=_env(**env), stdout=self.log, stderr=subprocess.STDOUT)
+
+    def text(self) -> str:
+        return self.log_path.read_text()
+
+    def child_pids_from_log(self) -> list[int]:
+        return [
+            int(line.rsplit("pid=", 1)[1].split()[0])
+            for line in self.text().splitlines()
+            if "Scheduler started" in line
+        ]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture
+def start(tmp_path: Path) -> Iterator[Callable[..., Server]]:
+    servers: list[Server] = []
+
+    def _start(*args: str, **env: str) -> Server:
+        server = Server(tmp_path, list(args), **env)
+        servers.append(server)
+        return server
+
+    yield _start
+    for server in servers:
+        for pid in _children(server.proc.pid):
+            os.kill(pid, signal.SIGKILL)
+        server.stop()
+
+
+def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "sglang.launch_server", *args]
+    return subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=TIMEOUT, check=False)
+
+
+def test_unknown_flag_exits_2_like_the_real_argparse() -> None:
+    res = _run_cli("--model-path", "/nonexistent", "--no-such-flag")
+    assert res.returncode == 2
+    assert "unrecognized arguments: --no-such-flag" in res.stderr
+
+
+def test_bad_attention_backend_choice_exits_2() -> None:
+    res = _run_cli("--model-path", "/nonexistent", "--attention-backend", "kdtree")
+    assert res.returncode == 2
+    assert "invalid choice: 'kdtree'" in res.stderr
+
+
+def test_real_flags_parse_with_tp_prefix_and_nextn_alias() -> None:
+    argv = [
+        "--model-path", "m", "--tp", "4", "--speculative-algorithm", "NEXTN",
+        "--speculative-num-steps", "3", "--speculative-eagle-topk", "4",
+        "--speculative-num-draft-tokens", "8", "--attention-backend", "triton",
+        "--trust-remote-code", "--mem-fraction-static", "0.8",
+    ]  # fmt: skip
+    code = (
+        "import sys; from sglang._double.server_args import prepare_server_args as p; "
+        "a = p(sys.argv[1:]); "
+        "print(a.tp_size, a.speculative_algorithm, a.attention_backend, a.trust_remote_code, "
+        "a.mem_fraction_static)"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=True,
+    )
+    assert res.stdout.split() == ["4", "EAGLE", "triton", "True", "0.8"]
+
+
+def test_missing_model_config_fails_in_the_parent_with_a_traceback(tmp_path: Path) -> None:
+    res = _run_cli("--model-path", str(tmp_path / "absent"), "--port", str(_free_port()))
+    assert res.returncode == 1
+    assert "does not appear to have a file named config.json" in res.stderr
+    assert "Traceback (most recent call last)" in res.stderr
+
+
+def test_tp2_refuses_until_ready_then_503_then_200_with_titled_spawned_children(start) -> None:
+    env = {"SGLANG_DOUBLE_LOAD_SECONDS": "1.5", "SGLANG_DOUBLE_WARMUP_SECONDS": "1.5"}
+    # SPT_NOENV=1: setproctitle (when installed) would otherwise overwrite /proc/PID/environ.
+    env.update(SPT_NOENV="1", NCCL_CUMEM_ENABLE="1", KDTREE_TEST_MARK="local")
+    srv = start("--tp-size", "2", **env)
+    time.sleep(0.5)
+    assert _http_status(srv.port, "/health") is None, "port bound before the schedulers were ready"
+    _wait(lambda: _http_status(srv.port, "/health") is not None, what="HTTP bind")
+    assert _http_status(srv.port, "/health") == 503
+    _wait(lambda: _http_status(srv.port, "/health") == 200, what="/health 200")
+    assert "The server is fired up and ready to roll!" in srv.text()
+
+    kids = _children(srv.proc.pid)
+    comms = sorted(Path(f"/proc/{pid}/comm").read_text().strip() for pid in kids)
+    # /proc/PID/comm holds 15 bytes; both setproctitle and the prctl fallback set it.
+    assert comms.count("sglang::schedul") == 2 and comms.count("sglang::detoken") == 1, comms
+    for pid in kids:
+        if Path(f"/proc/{pid}/comm").read_text().startswith("sglang::"):
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            assert b"KDTREE_TEST_MARK=local" in environ
+            assert b"CUDA_DEVICE_MAX_CONNECTIONS=8" in environ  # overwritten like _set_envs_and_config
+            assert b"NCCL_CUMEM_ENABLE=1" in environ  # a user value is kept
+    text = srv.text()
+    assert "TP0] Attention backend module sglang.srt.layers.attention.triton_backend imported" in text
+    assert "TP1] Attention backend module sglang.srt.layers.attention.triton_backend imported" in text
+
+    srv.proc.send_signal(signal.SIGTERM)
+    assert srv.proc.wait(timeout=TIMEOUT) == 0
+    _wait(lambda: not any(_alive(pid) for pid in kids), what="children to die with the parent")
+
+
+def test_tp1_scheduler_title_has_no_rank_suffix(start) -> None:
+    srv = start("--tp-size", "1", SGLANG_DOUBLE_LOAD_SECONDS="0.2", SGLANG_DOUBLE_WARMUP_SECONDS="0")
+    _wait(lambda: _http_status(srv.port, "/health") == 200, what="/health 200")
+    comms = sorted(Path(f"/proc/{pid}/comm").read_text().strip() for pid in _children(srv.proc.pid))
+    assert "sglang::schedul" in comms and "sglang::detoken" in comms
+    started = [line for line in srv.text().splitlines() if "Scheduler started" in line]
+    assert len(started) == 1
+    assert re.match(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] Scheduler started", started[0]), started
+
+
+@pytest.mark.parametrize(
+    ("load", "crash_after"), [("5", "1"), ("0.2", "2")], ids=["during-load", "after-ready"]
+)
+def test_crash_after_logs_traceback_and_sigkills_the_whole_tree(start, load: str, crash_after: str) -> None:
+    env = {"SGLANG_DOUBLE_LOAD_SECONDS": load, "SGLANG_DOUBLE_WARMUP_SECONDS": "0"}
+    env.update(SGLANG_DOUBLE_CRASH_AFTER=crash_after, SGLANG_DOUBLE_CRASH_RANK="1")
+    srv = start("--tp-size", "2", **env)
+    assert srv.proc.wait(timeout=TIMEOUT) == -signal.SIGKILL
+    text = srv.text()
+    assert " TP1] Scheduler hit an exception: Traceback (most recent call last):" in text
+    assert "SimulatedSchedulerError: test double: SGLANG_DOUBLE_CRASH_AFTER=" in text
+    assert "Received sigquit from a child process. It usually means the child failed." in text
+    kids = srv.child_pids_from_log()
+    assert len(kids) == 2
+    _wait(lambda: not any(_alive(pid) for pid in kids), what="schedulers to be killed")
+
+
+def test_hang_keeps_the_port_closed_and_the_parent_waiting(start) -> None:
+    env = {"SGLANG_DOUBLE_LOAD_SECONDS": "0.2", "SGLANG_DOUBLE_HANG": "1", "SGLANG_DOUBLE_HANG_RANK": "1"}
+    srv = start("--tp-size", "2", **env)
+    _wait(lambda: "never becomes ready" in srv.text(), what="the hang message")
+    time.sleep(1.0)
+    assert srv.proc.poll() is None
+    assert _http_status(srv.port, "/health") is None
+    assert "ready to roll" not in srv.text()
+    srv.proc.send_signal(signal.SIGTERM)
+    assert srv.proc.wait(timeout=TIMEOUT) == 0
