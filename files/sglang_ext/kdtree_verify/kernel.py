@@ -255,6 +255,8 @@ class VerifyKernel:
             out=out,
         )
         dev = q.device
+        if dev.type != "cuda":
+            raise KernelUnavailable(f"tensors are on {dev}, not on a CUDA device")
         index = dev.index if dev.index is not None else torch.cuda.current_device()
         reason = self._prepare(index)
         if reason:

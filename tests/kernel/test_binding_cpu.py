@@ -1,0 +1,209 @@
+"""The ctypes binding without a GPU: load(), argument validation, the C helpers' bounds and error codes."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kdtree_verify import kernel  # noqa: E402
+from kernel_cases import CaseSpec, make_case  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def vk(any_library):
+    return kernel.load(str(any_library))
+
+
+@pytest.fixture
+def good():
+    case = make_case(CaseSpec(prefix_lens=[5, 0, 33], ns=[4, 4, 4], heads=8), "cpu")
+    out = torch.empty((12, 8, 512), dtype=torch.bfloat16)
+    return {**case, "out": out, "max_extend_len": 4}
+
+
+def _validate(args):
+    kw = {k: v for k, v in args.items() if k not in ("sm_scale", "kv_scale")}
+    kernel.validate_args(torch, **kw)
+
+
+def test_load_returns_a_kernel_with_the_library_metadata(vk, any_library):
+    assert vk.path == str(any_library)
+    assert vk.archs == ["sm_90a"]
+
+
+def test_unsupported_reason_names_a_non_cuda_device(vk):
+    reason = vk.unsupported_reason("cpu")
+    assert reason is not None
+    assert "CUDA" in reason or "not a CUDA device" in reason
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_run_without_a_gpu_raises_kernel_unavailable(vk, good):
+    with pytest.raises(kernel.KernelUnavailable, match="not on a CUDA device"):
+        vk.run(**good)
+
+
+def test_validate_accepts_contract_shapes_in_every_index_and_mask_dtype(good):
+    _validate(good)
+    for idx in (torch.int32, torch.int64):
+        variant = dict(good)
+        for name in ("qo_indptr", "kv_indptr", "kv_indices", "mask_indptr"):
+            variant[name] = good[name].to(idx)
+        variant["custom_mask"] = good["custom_mask"].to(torch.uint8)
+        variant["kv_buffer"] = good["kv_buffer"].to(torch.float8_e4m3fn)
+        _validate(variant)
+
+
+def test_validate_accepts_graph_sized_buffers_larger_than_the_batch(good):
+    variant = dict(good)
+    variant["kv_indices"] = torch.cat([good["kv_indices"], torch.zeros(100, dtype=good["kv_indices"].dtype)])
+    variant["qo_indptr"] = torch.cat([good["qo_indptr"], good["qo_indptr"][-1:].repeat(3)])
+    variant["custom_mask"] = torch.cat([good["custom_mask"], torch.zeros(64, dtype=torch.bool)])
+    _validate(variant)
+
+
+def test_validate_accepts_v_extend_as_a_view_of_k_extend(good):
+    variant = dict(good)
+    variant["v_extend"] = good["k_extend"][..., :512]
+    _validate(variant)
+
+
+BAD_CASES = {
+    "q without the 576 dim": (lambda a: {"q": a["q"][..., :512]}, "q must be"),
+    "q in float16": (lambda a: {"q": a["q"].half()}, "q must be bfloat16"),
+    "k_extend in float32": (lambda a: {"k_extend": a["k_extend"].float()}, "k_extend must be bfloat16"),
+    "v_extend with 576 dims": (lambda a: {"v_extend": a["k_extend"]}, "v_extend must be"),
+    "kv cache in float16": (lambda a: {"kv_buffer": a["kv_buffer"].half()}, "kv_buffer must be bfloat16 or"),
+    "kv cache with two heads": (lambda a: {"kv_buffer": a["kv_buffer"].repeat(1, 2, 1)}, "kv_buffer must be"),
+    "out with the wrong head count": (lambda a: {"out": a["out"][:, :4]}, "out must be"),
+    "out in float32": (lambda a: {"out": a["out"].float()}, "out must be bfloat16"),
+    "int16 kv_indices": (
+        lambda a: {"kv_indices": a["kv_indices"].to(torch.int16)},
+        "kv_indices must be int32",
+    ),
+    "strided kv_indices": (
+        lambda a: {"kv_indices": a["kv_indices"].repeat_interleave(2)[::2]},
+        "kv_indices must be a contiguous",
+    ),
+    "float mask": (lambda a: {"custom_mask": a["custom_mask"].float()}, "custom_mask must be bool or uint8"),
+    "qo_indptr too short": (lambda a: {"qo_indptr": a["qo_indptr"][:2]}, "qo_indptr needs >= batch_size+1"),
+    "q not 16-byte aligned": (
+        lambda a: {"q": torch.empty(a["q"].numel() + 1, dtype=torch.bfloat16)[1:].view(a["q"].shape)},
+        "q must be 16-byte aligned",
+    ),
+    "q head stride not a multiple of 16 bytes": (
+        lambda a: {"q": torch.empty(12, 8, 580, dtype=torch.bfloat16)[..., :576]},
+        "q row strides must be multiples of 16 bytes",
+    ),
+    "negative max_extend_len": (lambda a: {"max_extend_len": -1}, "max_extend_len must be >= 0"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_CASES))
+def test_validate_rejects(name, good):
+    change, message = BAD_CASES[name]
+    args = {**good, **change(good)}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _validate(args)
+
+
+# --- the C helpers, called through ctypes (no GPU needed) ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lib(vk):
+    return vk.lib
+
+
+def test_num_splits_is_one_when_the_batch_fills_the_gpu(lib):
+    assert lib.kdtree_verify_num_splits(132, 32, 8, 64, 1 << 22) == 1
+
+
+def test_num_splits_spreads_one_long_request_over_the_sms_up_to_the_cap(lib):
+    assert lib.kdtree_verify_num_splits(132, 1, 8, 8, 1 << 20) == 64
+    assert lib.kdtree_verify_num_splits(48, 1, 8, 8, 1 << 20) == 48
+
+
+def test_num_splits_keeps_at_least_64_keys_per_split(lib):
+    # 100 prefix + 8 draft keys at most: ceil(108 / 64) = 2 splits, whatever the SM count.
+    assert lib.kdtree_verify_num_splits(132, 1, 8, 8, 100) == 2
+    assert lib.kdtree_verify_num_splits(132, 1, 8, 8, 0) == 1
+
+
+def test_workspace_never_exceeds_the_per_gpu_bound(lib):
+    for num_sms in (1, 46, 132, 148, 188):
+        bound = lib.kdtree_verify_max_workspace_bytes(num_sms)
+        for batch in (1, 2, 3, 5, 8, 17, 32, 64, 160):
+            for heads in (8, 16, 128):
+                for n in (1, 4, 8, 16, 64):
+                    for kv_len in (0, 1, 17, 4096, 1 << 17, 1 << 24):
+                        splits = lib.kdtree_verify_num_splits(num_sms, batch, heads, n, kv_len)
+                        assert 1 <= splits <= 64
+                        need = lib.kdtree_verify_workspace_bytes(batch, heads, n, splits)
+                        assert need <= bound, (num_sms, batch, heads, n, kv_len, splits)
+
+
+def test_workspace_is_zero_without_splits(lib):
+    assert lib.kdtree_verify_workspace_bytes(8, 8, 8, 1) == 0
+
+
+def _args(**overrides) -> kernel._Args:
+    fields = {
+        "struct_size": ctypes.sizeof(kernel._Args),
+        "kv_dtype": 0,
+        "batch_size": 1,
+        "num_heads": 8,
+        "max_extend_len": 4,
+        "num_tokens": 4,
+        "num_splits": 1,
+        "sm_scale": 0.04,
+        "kv_scale": 1.0,
+    }
+    for name in ("q", "k_extend", "v_extend", "kv_buffer", "qo_indptr", "kv_indptr", "kv_indices"):
+        fields[name] = 4096
+    for name in ("mask_indptr", "custom_mask", "out"):
+        fields[name] = 4096
+    fields.update(overrides)
+    return kernel._Args(**fields)
+
+
+def _run(lib, args) -> int:
+    return lib.kdtree_verify_run(ctypes.byref(args), None)
+
+
+def test_run_rejects_a_struct_of_another_size(lib):
+    assert _run(lib, _args(struct_size=ctypes.sizeof(kernel._Args) - 8)) == 5
+
+
+def test_run_rejects_bad_sizes_and_dtypes(lib):
+    assert _run(lib, _args(kv_dtype=7)) == 1
+    assert _run(lib, _args(num_heads=0)) == 1
+    assert _run(lib, _args(num_splits=0)) == 1
+    assert _run(lib, _args(num_splits=65)) == 1
+    assert _run(lib, _args(batch_size=70000)) == 1
+
+
+def test_run_rejects_null_pointers(lib):
+    assert _run(lib, _args(kv_indices=None)) == 1
+    assert _run(lib, _args(out=None)) == 1
+
+
+def test_run_rejects_a_too_small_workspace(lib):
+    need = lib.kdtree_verify_workspace_bytes(1, 8, 4, 4)
+    assert need > 0
+    assert _run(lib, _args(num_splits=4, workspace=4096, workspace_bytes=need - 4)) == 2
+    assert _run(lib, _args(num_splits=4, workspace=None, workspace_bytes=need)) == 2
+
+
+def test_run_with_an_empty_batch_is_a_no_op(lib):
+    assert _run(lib, _args(batch_size=0)) == 0
+    assert _run(lib, _args(max_extend_len=0)) == 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_run_without_a_gpu_reports_a_launch_error_instead_of_crashing(lib):
+    assert _run(lib, _args()) == 3
