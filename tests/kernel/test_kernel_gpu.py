@@ -1,0 +1,281 @@
+"""The CUDA kernel against the fp32 reference (kdtree_verify.reference). Needs a CUDA GPU; skipped otherwise.
+
+Tolerance (files/csrc/README.md): |kernel - reference| <= ATOL + RTOL * |reference| elementwise. The kernel
+rounds the softmax probabilities to bf16 before the P.V tensor-core product (relative error <= 2^-9 per
+weight, so <= 2^-9 * max|V| ~ 0.01 absolute for N(0,1) data) and the output to bf16 (2^-9 relative);
+everything else is fp32. fp8 cases use a power-of-two kv_scale so that scaled e4m3 values are exact in bf16.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import BUILD_DIR, build_library  # noqa: E402
+from kdtree_verify import kernel  # noqa: E402
+from kernel_cases import CaseSpec, kernel_kwargs, make_case  # noqa: E402
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+ATOL = 1.5e-2
+RTOL = 1.5e-2
+SENTINEL = 7.0  # written into `out` before a call: rows the kernel must not touch keep it
+
+
+@pytest.fixture(scope="module")
+def vk():
+    import os
+
+    path = os.environ.get("KDTREE_LIB")
+    if not path:
+        major, minor = torch.cuda.get_device_capability()
+        arch = kernel.arch_of_capability(major, minor)
+        if arch not in ("sm_90a", "sm_100a", "sm_120a"):
+            pytest.skip(f"no build of the kernel for {arch}")
+        path = str(build_library(arch, BUILD_DIR / arch))
+    vk = kernel.load(path)
+    reason = vk.unsupported_reason(torch.device("cuda"))
+    assert reason is None, reason
+    return vk
+
+
+def _reference(case):
+    from kdtree_verify.reference import verify_attention_reference
+
+    return verify_attention_reference(**case)
+
+
+def _check(vk, spec: CaseSpec, *, max_extend_len: int | None = None, extra_rows: int = 0):
+    case = make_case(spec, "cuda")
+    if extra_rows:  # a graph-sized token buffer: rows past qo_indptr[-1] must stay untouched
+        for name in ("q", "k_extend", "v_extend"):
+            t = case[name]
+            case[name] = torch.cat([t, torch.randn_like(t[:1].float()).to(t.dtype).repeat(extra_rows, 1, 1)])
+    tokens, heads = case["q"].shape[:2]
+    out = torch.full((tokens, heads, 512), SENTINEL, dtype=torch.bfloat16, device="cuda")
+    vk.run(**kernel_kwargs(case, out, max_extend_len or max(spec.ns)))
+    torch.cuda.synchronize()
+    valid = sum(spec.ns)
+    ref_case = dict(case)
+    for name in ("q", "k_extend", "v_extend"):
+        ref_case[name] = case[name][:valid]
+    ref = _reference(ref_case)
+    got = out[:valid].float()
+    err = (got - ref).abs()
+    bound = ATOL + RTOL * ref.abs()
+    worst = int(torch.argmax(err - bound))
+    assert bool((err <= bound).all()), (
+        f"max abs err {err.max().item():.4g} (bound at worst {bound.flatten()[worst].item():.4g}), "
+        f"nan in output: {bool(torch.isnan(got).any())}"
+    )
+    if extra_rows:
+        assert bool((out[valid:].float() == SENTINEL).all()), "rows past qo_indptr[-1] were written"
+    return out, ref
+
+
+@pytest.mark.parametrize("n", [1, 4, 16, 64])
+@pytest.mark.parametrize("prefix", [0, 1, 17, 4096, 65536])
+def test_matches_reference_over_prefix_and_draft_lengths(vk, prefix, n):
+    _check(vk, CaseSpec(prefix_lens=[prefix], ns=[n], heads=16, seed=prefix * 131 + n))
+
+
+@pytest.mark.parametrize("heads", [8, 16, 128])
+@pytest.mark.parametrize(("prefix", "n"), [(17, 4), (4096, 64), (1000, 16)])
+def test_matches_reference_over_head_counts(vk, heads, prefix, n):
+    _check(vk, CaseSpec(prefix_lens=[prefix], ns=[n], heads=heads, seed=heads + prefix))
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize(("prefix", "n"), [(1, 4), (4096, 16), (65536, 8)])
+def test_fp8_kv_cache_with_a_scale(vk, prefix, n, index_dtype):
+    spec = CaseSpec(
+        prefix_lens=[prefix],
+        ns=[n],
+        heads=8,
+        kv_dtype=torch.float8_e4m3fn,
+        kv_scale=0.5,
+        index_dtype=index_dtype,
+        seed=prefix + n,
+    )
+    _check(vk, spec)
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, torch.float8_e4m3fn])
+def test_cuda_graph_layout_int64_qo_indptr_uint8_mask_int32_indices(vk, kv_dtype):
+    spec = CaseSpec(
+        prefix_lens=[300, 5000],
+        ns=[8, 8],
+        heads=8,
+        kv_dtype=kv_dtype,
+        kv_scale=2.0,
+        index_dtype=torch.int32,
+        qo_dtype=torch.int64,
+        mask_dtype=torch.uint8,
+        seed=3,
+    )
+    _check(vk, spec)
+
+
+def test_bf16_cache_with_a_kv_scale(vk):
+    _check(vk, CaseSpec(prefix_lens=[777], ns=[8], heads=8, kv_scale=0.25, seed=9))
+
+
+def test_mixed_batch_of_prefix_and_draft_lengths(vk):
+    spec = CaseSpec(
+        prefix_lens=[0, 1, 17, 4096, 300, 65536, 2, 129],
+        ns=[1, 4, 16, 64, 8, 8, 3, 33],
+        heads=8,
+        seed=11,
+    )
+    _check(vk, spec)
+
+
+def test_equal_draft_lengths_as_sglang_sends_them(vk):
+    spec = CaseSpec(prefix_lens=[1000, 20000, 5, 8191, 8192, 8193], ns=[16] * 6, heads=16, seed=12)
+    _check(vk, spec)
+
+
+def test_large_batch_single_split_path(vk):
+    gen = torch.Generator().manual_seed(5)
+    prefixes = torch.randint(0, 400, (300,), generator=gen).tolist()
+    _check(vk, CaseSpec(prefix_lens=prefixes, ns=[4] * 300, heads=16, seed=5))
+
+
+@pytest.mark.parametrize("prefix", [50, 65536])
+def test_rows_past_the_last_request_are_left_untouched(vk, prefix):
+    _check(vk, CaseSpec(prefix_lens=[prefix, 3], ns=[8, 8], heads=8, seed=prefix), extra_rows=24)
+
+
+def test_max_extend_len_larger_than_every_request(vk):
+    _check(vk, CaseSpec(prefix_lens=[100, 4000], ns=[3, 5], heads=16, seed=21), max_extend_len=64)
+
+
+def test_strided_views_of_larger_buffers(vk):
+    spec = CaseSpec(prefix_lens=[33, 2048], ns=[4, 4], heads=8, seed=31)
+    case = make_case(spec, "cuda")
+    tokens, heads = case["q"].shape[:2]
+    q_big = torch.zeros((tokens, heads, 640), dtype=torch.bfloat16, device="cuda")
+    q_big[..., :576] = case["q"]
+    k_big = torch.zeros((tokens, 1, 640), dtype=torch.bfloat16, device="cuda")
+    k_big[..., :576] = case["k_extend"]
+    pool = case["kv_buffer"]
+    pool_big = torch.zeros((pool.shape[0], 1, 704), dtype=pool.dtype, device="cuda")
+    pool_big[..., :576] = pool
+    out_big = torch.full((tokens, heads, 520), SENTINEL, dtype=torch.bfloat16, device="cuda")
+    strided = {**case, "q": q_big[..., :576], "k_extend": k_big[..., :576], "kv_buffer": pool_big[..., :576]}
+    vk.run(**kernel_kwargs(strided, out_big[..., :512], 4))
+    torch.cuda.synchronize()
+    ref = _reference(case)
+    assert torch.allclose(out_big[..., :512].float(), ref, atol=ATOL, rtol=RTOL)
+    assert bool((out_big[..., 512:].float() == SENTINEL).all())
+
+
+def test_v_extend_may_differ_from_the_first_512_dims_of_k_extend(vk):
+    spec = CaseSpec(prefix_lens=[40], ns=[16], heads=8, seed=41)
+    case = make_case(spec, "cuda")
+    assert not torch.equal(case["v_extend"], case["k_extend"][..., :512])
+    out = torch.empty((16, 8, 512), dtype=torch.bfloat16, device="cuda")
+    vk.run(**kernel_kwargs(case, out, 16))
+    torch.cuda.synchronize()
+    assert torch.allclose(out.float(), _reference(case), atol=ATOL, rtol=RTOL)
+
+
+def test_a_draft_row_that_sees_nothing_outputs_zeros_like_the_reference(vk):
+    spec = CaseSpec(prefix_lens=[0], ns=[4], heads=8, seed=51)
+    case = make_case(spec, "cuda")
+    case["custom_mask"][0:4] = False  # row 0 of the only request sees no key at all
+    out = torch.full((4, 8, 512), SENTINEL, dtype=torch.bfloat16, device="cuda")
+    vk.run(**kernel_kwargs(case, out, 4))
+    torch.cuda.synchronize()
+    ref = _reference(case)
+    assert bool((out[0].float() == 0).all())
+    assert torch.allclose(out.float(), ref, atol=ATOL, rtol=RTOL)
+
+
+def test_the_tree_mask_is_applied(vk):
+    spec = CaseSpec(prefix_lens=[8], ns=[16], heads=8, seed=61)
+    case = make_case(spec, "cuda")
+    out = torch.empty((16, 8, 512), dtype=torch.bfloat16, device="cuda")
+    vk.run(**kernel_kwargs(case, out, 16))
+    unmasked = dict(case)
+    unmasked["custom_mask"] = torch.ones_like(case["custom_mask"])
+    torch.cuda.synchronize()
+    # The kernel agrees with the masked reference and clearly not with an unmasked one.
+    assert torch.allclose(out.float(), _reference(case), atol=ATOL, rtol=RTOL)
+    assert (out.float() - _reference(unmasked)).abs().max().item() > 0.1
+
+
+def test_replayed_cuda_graph_follows_new_lengths_and_data(vk):
+    """Capture once with static, graph-sized buffers; replay after copying in other requests."""
+    heads, n, batch = 8, 8, 3
+    cap_tokens, cap_indices, cap_mask = batch * n, 80_000, batch * n * (40_000 + n)
+    first = make_case(
+        CaseSpec(
+            prefix_lens=[100, 5000, 1],
+            ns=[n] * batch,
+            heads=heads,
+            qo_dtype=torch.int64,
+            mask_dtype=torch.uint8,
+            seed=71,
+            pool_slack=70_000,
+        ),
+        "cuda",
+    )
+    static = {
+        "q": torch.zeros((cap_tokens, heads, 576), dtype=torch.bfloat16, device="cuda"),
+        "k_extend": torch.zeros((cap_tokens, 1, 576), dtype=torch.bfloat16, device="cuda"),
+        "v_extend": torch.zeros((cap_tokens, 1, 512), dtype=torch.bfloat16, device="cuda"),
+        "kv_buffer": first["kv_buffer"],
+        "qo_indptr": torch.zeros(batch + 1, dtype=torch.int64, device="cuda"),
+        "kv_indptr": torch.zeros(batch + 1, dtype=torch.int64, device="cuda"),
+        "kv_indices": torch.zeros(cap_indices, dtype=torch.int64, device="cuda"),
+        "custom_mask": torch.zeros(cap_mask, dtype=torch.uint8, device="cuda"),
+        "mask_indptr": torch.zeros(batch + 1, dtype=torch.int64, device="cuda"),
+    }
+    out = torch.zeros((cap_tokens, heads, 512), dtype=torch.bfloat16, device="cuda")
+
+    def load(case):
+        for name, buf in static.items():
+            if name == "kv_buffer":
+                continue
+            src = case[name]
+            buf[: src.shape[0]].copy_(src)
+
+    def call():
+        vk.run(**static, out=out, batch_size=batch, max_extend_len=n, sm_scale=576**-0.5, kv_scale=1.0)
+
+    load(first)
+    call()  # eager warm-up (prepares the device, as SGLang's graph runner does before capturing)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    # New lengths and new data, same pool tensor (its contents change too).
+    second_spec = CaseSpec(
+        prefix_lens=[30_000, 17, 0],
+        ns=[n] * batch,
+        heads=heads,
+        qo_dtype=torch.int64,
+        mask_dtype=torch.uint8,
+        seed=72,
+        pool_slack=75_000 - 30_017,
+    )
+    second = make_case(second_spec, "cuda")
+    assert second["kv_buffer"].shape == static["kv_buffer"].shape
+    static["kv_buffer"].copy_(second["kv_buffer"])
+    load(second)
+    out.fill_(SENTINEL)
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = _reference(second)
+    assert torch.allclose(out.float(), ref, atol=ATOL, rtol=RTOL), (out.float() - ref).abs().max().item()
+    # And once more with the first case: the same graph serves it too.
+    static["kv_buffer"].copy_(first["kv_buffer"])
+    load(first)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.allclose(out.float(), _reference(first), atol=ATOL, rtol=RTOL)
