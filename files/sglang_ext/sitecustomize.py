@@ -32,20 +32,29 @@ def _install_hook():
 
 
 def _chain():
-    """Run the next `sitecustomize` on sys.path after this file's directory."""
-    global KDTREE_CHAINED
-    import importlib.machinery
-    import importlib.util
+    """Run the next `sitecustomize.py` on sys.path after this file's directory.
 
+    A plain scan and exec (no importlib.util: it would pull contextlib, functools, ... into every
+    start-up). The chained file runs as a module named `sitecustomize` with its own `__file__`.
+    """
+    global KDTREE_CHAINED
     here = os.path.dirname(os.path.abspath(__file__))
-    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
-    if spec is None or spec.loader is None or spec.origin == os.path.abspath(__file__):
+    for entry in sys.path:
+        directory = os.path.abspath(entry or os.curdir)
+        if directory == here:
+            continue
+        candidate = os.path.join(directory, "sitecustomize.py")
+        if os.path.isfile(candidate):
+            break
+    else:
         return
-    module = importlib.util.module_from_spec(spec)
-    KDTREE_CHAINED = spec.origin
-    KDTREE_RAN.append(spec.origin)
-    spec.loader.exec_module(module)
+    with open(candidate, "rb") as fh:
+        code = compile(fh.read(), candidate, "exec")
+    module = type(sys)("sitecustomize")
+    module.__file__ = candidate
+    KDTREE_CHAINED = candidate
+    KDTREE_RAN.append(candidate)
+    exec(code, module.__dict__)
 
 
 try:

@@ -6,12 +6,10 @@ lazily so that importing this package at interpreter start-up (from sitecustomiz
 
 from __future__ import annotations
 
-from typing import Any
-
 __all__ = ["install", "status", "uninstall"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in __all__:
         from kdtree_verify import patch
 

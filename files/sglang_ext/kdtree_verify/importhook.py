@@ -10,9 +10,14 @@ A failing callback prints a traceback on stderr and never breaks the import.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from types import ModuleType
-from typing import Any
+
+# typing, types and collections.abc are needed for annotations only; importing them here would
+# cost every Python start-up milliseconds (typing pulls re, enum, functools, contextlib ...).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import ModuleType
+    from typing import Any
 
 TARGET_MODULE = "sglang.srt.layers.attention.triton_backend"
 
