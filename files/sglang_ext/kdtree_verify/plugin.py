@@ -60,6 +60,15 @@ def register() -> None:
     if _registered:
         return
     _registered = True
+    import sys
+
+    from kdtree_verify.importhook import PostImportFinder
+
+    if any(isinstance(f, PostImportFinder) for f in sys.meta_path):
+        # sitecustomize mode is on in this process: it patches the class itself; a second,
+        # HookRegistry wrapper around it would run the dispatch twice.
+        logger.info("kdtree-verify: sitecustomize hook present, the plugin entry point does nothing")
+        return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     env = os.environ
