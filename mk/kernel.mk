@@ -1,0 +1,43 @@
+# Kernel track: the CUDA verify-attention library (files/csrc), its binding's tests, benchmark, GPU check.
+.PHONY: build-kernel test-kernel test-kernel-fast kernel-venv bench-kernel gpu-check
+
+KERNEL_ARCHS := sm_120a sm_100a sm_90a
+KERNEL_NVCC ?= $(firstword $(wildcard /usr/local/cuda-13.0/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
+KERNEL_BUILD := $(ROOT)/build/kernel
+# The torch venv is the one the sglang_ext track builds (scripts/sglang-venv.sh is idempotent).
+KERNEL_VENV ?= $(ROOT)/.cache/sglang-venv
+KERNEL_PY := $(KERNEL_VENV)/bin/python
+
+# make build-kernel ARCH=sm_90a  ->  build/kernel/sm_90a/libkdtree_verify.so (+ build.log with the ptxas report)
+build-kernel:
+	@test -n "$(ARCH)" || { echo "usage: make build-kernel ARCH=<sm_120a|sm_100a|sm_90a>" >&2; exit 2; }
+	@test -n "$(KERNEL_NVCC)" || { echo "nvcc not found (install the CUDA toolkit or set KERNEL_NVCC)" >&2; exit 1; }
+	@mkdir -p $(KERNEL_BUILD)/$(ARCH)
+	@start=$$(date +%s); \
+	  bash files/csrc/build.sh --arch $(ARCH) --out $(KERNEL_BUILD)/$(ARCH) --nvcc $(KERNEL_NVCC) 2>&1 \
+	    | tee $(KERNEL_BUILD)/$(ARCH)/build.log; \
+	  echo "build-kernel: $(ARCH) in $$(( $$(date +%s) - start )) s"
+
+kernel-venv:
+	bash scripts/sglang-venv.sh $(KERNEL_VENV) $(PYTHON)
+
+# All three arches (no GPU needed), exported symbols, ptxas report, build.sh, probe_library, and the
+# binding's CPU-side tests (argument validation, C helper bounds, error codes); GPU tests skip here.
+test-kernel: venv kernel-venv
+	@for arch in $(KERNEL_ARCHS); do $(MAKE) --no-print-directory build-kernel ARCH=$$arch | grep -E "^build-kernel:|Used|spill"; done
+	$(KERNEL_PY) -m pytest -q -p no:cacheprovider tests/kernel
+
+# Quick subset (< 1 min, no torch): library tests for the three arches (rebuilds only if sources changed).
+test-kernel-fast: venv
+	$(VBIN)/pytest -q -p no:cacheprovider tests/kernel/test_library.py
+
+# GPU only: build for this GPU's arch and benchmark against SGLang's Triton kernel (out/gpu-check/).
+bench-kernel:
+	bash scripts/gpu-check.sh --skip-tests
+
+# GPU only: build for this GPU's arch, GPU tests, benchmark; all results in $${OUT:-out}/gpu-check/.
+gpu-check:
+	bash scripts/gpu-check.sh
+
+TEST_TARGETS += test-kernel
+TEST_FAST_TARGETS += test-kernel-fast
