@@ -124,8 +124,9 @@ def test_num_splits_is_one_when_the_batch_fills_the_gpu(lib):
 
 
 def test_num_splits_spreads_one_long_request_over_the_sms_up_to_the_cap(lib):
-    assert lib.kdtree_verify_num_splits(132, 1, 8, 8, 1 << 20) == 64
-    assert lib.kdtree_verify_num_splits(48, 1, 8, 8, 1 << 20) == 48
+    assert lib.kdtree_verify_num_splits(132, 1, 8, 8, 1 << 20) == 132
+    assert lib.kdtree_verify_num_splits(132, 2, 8, 8, 1 << 20) == 66
+    assert lib.kdtree_verify_num_splits(400, 1, 8, 8, 1 << 20) == 256
 
 
 def test_num_splits_keeps_at_least_64_keys_per_split(lib):
@@ -142,7 +143,7 @@ def test_workspace_never_exceeds_the_per_gpu_bound(lib):
                 for n in (1, 4, 8, 16, 64):
                     for kv_len in (0, 1, 17, 4096, 1 << 17, 1 << 24):
                         splits = lib.kdtree_verify_num_splits(num_sms, batch, heads, n, kv_len)
-                        assert 1 <= splits <= 64
+                        assert 1 <= splits <= 256
                         need = lib.kdtree_verify_workspace_bytes(batch, heads, n, splits)
                         assert need <= bound, (num_sms, batch, heads, n, kv_len, splits)
 
@@ -183,7 +184,7 @@ def test_run_rejects_bad_sizes_and_dtypes(lib):
     assert _run(lib, _args(kv_dtype=7)) == 1
     assert _run(lib, _args(num_heads=0)) == 1
     assert _run(lib, _args(num_splits=0)) == 1
-    assert _run(lib, _args(num_splits=65)) == 1
+    assert _run(lib, _args(num_splits=257)) == 1
     assert _run(lib, _args(batch_size=70000)) == 1
 
 
