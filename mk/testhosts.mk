@@ -28,5 +28,5 @@ test-testhosts: testhost-image venv
 test-double-fast: venv
 	$(VBIN)/pytest -q tests/testhosts/test_double_local.py
 
-TEST_TARGETS += test-testhosts
+TEST_TARGETS += test-double-fast test-testhosts
 TEST_FAST_TARGETS += test-double-fast

@@ -3,7 +3,7 @@
 # systemd as init, Debian's python3 + venv, g++ (host compiler for nvcc) and a few tools, imported
 # into podman as localhost/kdtree-testhost:bookworm. No container registry is needed.
 #
-# Cached: the image carries the label kdtree.recipe=<sha256 of this script>; when an image with that
+# Cached: the image carries the label kdtree.recipe=<sha256 of the recipe, see recipe_hash>; when an image with that
 # label exists nothing is rebuilt (pass --force to rebuild). Downloaded .debs are kept under
 # .cache/testhost/debs so a rebuild does not fetch them again.
 #
@@ -20,7 +20,11 @@ CACHE="$ROOT/.cache/testhost"
 
 log() { echo "build-image: $*" >&2; }
 
-recipe_hash() { sha256sum "${BASH_SOURCE[0]}" | cut -c1-16; }
+# The recipe: what ends up in the image (suite, variant, packages, the customize step). Edits to the
+# rest of this script do not force a rebuild.
+recipe_hash() {
+  { echo "$SUITE minbase $PACKAGES"; declare -f customize; } | sha256sum | cut -c1-16
+}
 
 # Prints the first Debian archive URI (the one serving "$SUITE ... main") from the apt sources.
 debian_mirror() {
@@ -73,6 +77,10 @@ main() {
   [[ "${1:-}" == "--force" ]] && force=1
   local want have
   want="$(recipe_hash)"
+  # One build at a time (parallel make targets may all ask for the image).
+  mkdir -p "$CACHE"
+  exec 9>"$CACHE/build.lock"
+  flock 9
   have="$(podman image inspect --format '{{ index .Labels "kdtree.recipe" }}' "$IMAGE" 2>/dev/null || true)"
   if ((force == 0)) && [[ "$have" == "$want" ]]; then
     log "$IMAGE is up to date (recipe $want), nothing to do"
@@ -95,6 +103,8 @@ main() {
   }
   log "debootstrap done in $((SECONDS - t0)) s"
   customize "$rootfs"
+  local old_id
+  old_id="$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)"
   tar -C "$rootfs" --numeric-owner -c . | podman import \
     --change 'CMD ["/sbin/init"]' \
     --change 'STOPSIGNAL SIGRTMIN+3' \
@@ -102,6 +112,8 @@ main() {
     --message "kdtree-fleet test host, recipe $want" \
     - "$IMAGE" >/dev/null
   log "imported $IMAGE in $((SECONDS - t0)) s total"
+  # Drop the image this one replaced, unless a container still uses it.
+  [[ -z "$old_id" ]] || podman rmi "$old_id" >/dev/null 2>&1 || true
 }
 
 # Container-friendly tweaks inside the root file system.
