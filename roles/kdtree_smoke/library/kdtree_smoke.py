@@ -35,6 +35,7 @@ options:
   chunk_s: {type: float, default: 10, description: Return after this long with state=pending.}
   timeout_s: {type: float, default: 900, description: Total time allowed since the restart.}
   poll_s: {type: float, default: 0.25, description: Poll interval.}
+  settle_s: {type: float, default: 3, description: Healthy state must hold this long before success.}
   health_url: {type: str, required: true, description: Health endpoint.}
   expected_schedulers: {type: int, default: 0, description: Scheduler count wanted (0 means at least one).}
   scheduler_prefix: {type: str, default: "sglang::scheduler", description: Process title prefix.}
@@ -89,6 +90,15 @@ def first_fatal(lines: list[str]) -> int | None:
         if any(pattern in line for pattern in FATAL_PATTERNS):
             return index
     return None
+
+
+def excerpt(lines: list[str]) -> str:
+    """The traceback (with two lines of context) when there is one, else the last 30 lines."""
+    fatal = first_fatal(lines)
+    if fatal is None:
+        return "\n".join(lines[-30:])
+    start = max(0, fatal - 2)
+    return "\n".join(lines[start : start + TRACEBACK_LINES])
 
 
 def health(url: str) -> str:
@@ -157,6 +167,7 @@ class Watch:
     def __init__(self, params: dict) -> None:
         self.p = params
         self.result: dict = {}
+        self.healthy_since: float | None = None
 
     def fail(self, why: str, detail: str = "") -> dict:
         elapsed = time.time() - self.p["started_at"]
@@ -166,28 +177,36 @@ class Watch:
         self.result.update(state="failed", msg=msg, why=why, detail=detail, elapsed_s=round(elapsed, 2))
         return self.result
 
+    def fail_with_journal(self, why: str) -> dict:
+        """Fail; the traceback of a dying process may reach the journal after the unit state changed."""
+        lines: list[str] = []
+        for _ in range(5):
+            lines = journal_lines(self.p["invocation_id"])
+            if first_fatal(lines) is not None:
+                break
+            time.sleep(0.2)
+        return self.fail(why, excerpt(lines))
+
     def poll(self) -> dict | None:
         """One look at the unit. Returns a final result, or None to keep waiting."""
         p = self.p
         lines = journal_lines(p["invocation_id"])
-        fatal = first_fatal(lines)
-        if fatal is not None:
+        if first_fatal(lines) is not None:
             time.sleep(0.3)  # let the rest of the traceback reach the journal
-            lines = journal_lines(p["invocation_id"])
-            start = max(0, fatal - 2)
-            return self.fail("the current run logged a fatal error", "\n".join(lines[start : start + TRACEBACK_LINES]))
-        props = systemctl_show(p["unit"])
-        tail = "\n".join(lines[-30:])
-        if props.get("InvocationID") != p["invocation_id"]:
-            return self.fail(f"the unit restarted (invocation {props.get('InvocationID')!r})", tail)
-        if int(props.get("NRestarts") or 0) > p["baseline_nrestarts"]:
-            return self.fail(f"the unit restarted (NRestarts={props.get('NRestarts')})", tail)
-        if props.get("ActiveState") not in ("active", "activating", "reloading"):
             return self.fail(
-                f"the unit is {props.get('ActiveState')}/{props.get('SubState')} "
-                f"(Result={props.get('Result')}, ExecMainStatus={props.get('ExecMainStatus')})",
-                tail,
+                "the current run logged a fatal error", excerpt(journal_lines(p["invocation_id"]))
             )
+        props = systemctl_show(p["unit"])
+        if props.get("InvocationID") != p["invocation_id"]:
+            return self.fail_with_journal(f"the unit restarted (invocation {props.get('InvocationID')!r})")
+        if int(props.get("NRestarts") or 0) > p["baseline_nrestarts"]:
+            return self.fail_with_journal(f"the unit restarted (NRestarts={props.get('NRestarts')})")
+        if props.get("ActiveState") not in ("active", "activating", "reloading"):
+            return self.fail_with_journal(
+                f"the unit is {props.get('ActiveState')}/{props.get('SubState')} "
+                f"(Result={props.get('Result')}, ExecMainStatus={props.get('ExecMainStatus')})"
+            )
+        tail = "\n".join(lines[-30:])
         code = health(p["health_url"])
         found = markers(lines)
         schedulers = []
@@ -212,7 +231,8 @@ class Watch:
             if wrong:
                 return self.fail(
                     f"{title} (pid {pid}) does not run with the templated NCCL environment",
-                    f"wanted {json.dumps(p['nccl_env'], sort_keys=True)}, has {json.dumps(wrong, sort_keys=True)}",
+                    f"wanted {json.dumps(p['nccl_env'], sort_keys=True)}, "
+                    f"has {json.dumps(wrong, sort_keys=True)}",
                 )
             if p["marker_state"]:
                 if marker_state == "none":
@@ -237,8 +257,18 @@ class Watch:
             ),
         )
         if code == "200" and count_ok and not waiting:
-            self.result.update(state="ok", msg=f"healthy after {elapsed:.1f} s: {self.result['progress']}")
-            return self.result
+            if self.healthy_since is None:
+                self.healthy_since = time.time()
+            if time.time() - self.healthy_since >= p["settle_s"]:
+                self.result.update(
+                    state="ok",
+                    msg=(
+                        f"healthy after {elapsed:.1f} s (held {p['settle_s']:g} s): {self.result['progress']}"
+                    ),
+                )
+                return self.result
+            return None
+        self.healthy_since = None
         if elapsed > p["timeout_s"]:
             return self.fail(
                 f"not healthy within {p['timeout_s']:.0f} s: {self.result['progress']}",
@@ -277,6 +307,7 @@ def main() -> None:
             "chunk_s": {"type": "float", "default": 10.0},
             "timeout_s": {"type": "float", "default": 900.0},
             "poll_s": {"type": "float", "default": 0.25},
+            "settle_s": {"type": "float", "default": 3.0},
             "health_url": {"type": "str", "required": True},
             "expected_schedulers": {"type": "int", "default": 0},
             "scheduler_prefix": {"type": "str", "default": "sglang::scheduler"},

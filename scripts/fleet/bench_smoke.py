@@ -1,0 +1,74 @@
+"""make bench-smoke: how long after a crash's traceback reaches the journal Ansible fails the host.
+
+Deploys to one local test host with the test double's knobs set so that scheduler TP0 raises 3 s
+after it starts (while the simulated weights load). detect_s = time of the first `fatal: [host]`
+line of ansible-playbook (the smoke task) - journal time of the traceback's last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import subprocess
+import sys
+
+from playrun import run_playbook
+
+CRASH = {"SGLANG_DOUBLE_CRASH_AFTER": "3", "SGLANG_DOUBLE_LOAD_SECONDS": "30"}
+log = logging.getLogger("bench-smoke")
+
+
+def traceback_end_time(host: str, invocation: str) -> float:
+    """Journal time (epoch s) of the last line of the first traceback of that run."""
+    out = subprocess.run(
+        [
+            "podman",
+            "exec",
+            host,
+            "journalctl",
+            "-o",
+            "json",
+            "--no-pager",
+            f"_SYSTEMD_INVOCATION_ID={invocation}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    entries = [json.loads(line) for line in out.splitlines() if line.strip()]
+    in_traceback = False
+    for entry in entries:
+        message = entry.get("MESSAGE", "")
+        if isinstance(message, list):  # non-UTF-8 bytes
+            message = bytes(message).decode("utf-8", "replace")
+        if "Traceback (most recent call last)" in message:
+            in_traceback = True
+            continue
+        if in_traceback and not message.startswith(" "):
+            return int(entry["__REALTIME_TIMESTAMP"]) / 1e6
+    raise RuntimeError(f"no complete traceback in the journal of invocation {invocation}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--host", default="kdtree-host1")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="bench-smoke: %(message)s")
+    run = run_playbook("deploy.yml", args.host, {"kdtree_service_env_extra": CRASH}, echo=False)
+    fatal = [t for t, line in run.lines if line.startswith(f"fatal: [{args.host}]")]
+    invocation = re.search(r"invocation_id: ([0-9a-f]{32})", run.text)
+    after_restart = re.search(r"WHY: .*?\(([0-9.]+) s after the restart\)", run.text)
+    if run.rc == 0 or not fatal or not invocation or "Traceback (most recent call last)" not in run.text:
+        log.error("the crash was not reported as expected (rc=%s):\n%s", run.rc, run.text[-4000:])
+        return 1
+    detect = fatal[0] - traceback_end_time(args.host, invocation.group(1))
+    log.info("host=%s restart_to_failure_s=%s", args.host, after_restart.group(1) if after_restart else "?")
+    log.info("rolled back: %s", "restarted: HEALTHY" in run.text)
+    print(f"detect_s={detect:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

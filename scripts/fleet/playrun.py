@@ -1,0 +1,43 @@
+"""Run ansible-playbook as an operator would, timestamping every output line as it arrives."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Run:
+    rc: int
+    seconds: float
+    lines: list[tuple[float, str]] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(line for _, line in self.lines)
+
+
+def run_playbook(playbook: str, limit: str, extra: dict | None = None, echo: bool = True) -> Run:
+    cmd = ["ansible-playbook", f"playbooks/{playbook}", "-l", limit]
+    if extra:
+        cmd += ["-e", json.dumps(extra)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    env.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
+    start = time.time()
+    lines: list[tuple[float, str]] = []
+    with subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append((time.time(), line.rstrip("\n")))
+            if echo:
+                print(line, end="", flush=True)
+        rc = proc.wait()
+    return Run(rc=rc, seconds=time.time() - start, lines=lines)
