@@ -109,6 +109,8 @@ def health(url: str) -> str:
         return str(exc.code)
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
+        if isinstance(reason, ConnectionRefusedError):
+            return "refused"
         return f"down ({reason})"
 
 
