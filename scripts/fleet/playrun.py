@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +25,14 @@ class Run:
         return "\n".join(line for _, line in self.lines)
 
 
+def ansible_playbook() -> str:
+    """The ansible-playbook next to this Python (the project venv), else the one on PATH."""
+    beside = Path(sys.executable).parent / "ansible-playbook"
+    return str(beside) if beside.exists() else (shutil.which("ansible-playbook") or "ansible-playbook")
+
+
 def run_playbook(playbook: str, limit: str, extra: dict | None = None, echo: bool = True) -> Run:
-    cmd = ["ansible-playbook", f"playbooks/{playbook}", "-l", limit]
+    cmd = [ansible_playbook(), f"playbooks/{playbook}", "-l", limit]
     if extra:
         cmd += ["-e", json.dumps(extra)]
     env = dict(os.environ, PYTHONUNBUFFERED="1", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
