@@ -15,12 +15,13 @@ TEST_TARGETS :=
 TEST_FAST_TARGETS :=
 LINT_TARGETS :=
 
-.PHONY: help venv system-deps lint test test-fast demo
+.PHONY: help venv system-deps lint test test-fast demo bench
 help:
 	@echo "make demo       build the local test fleet and deploy to it (installs what it needs)"
 	@echo "make test       every test (installs what it needs)"
 	@echo "make test-fast  the quick inner-loop tests"
 	@echo "make lint       ruff, yamllint, ansible-lint"
+	@echo "make bench      the benchmarks that run without a GPU (startup, smoke, noop)"
 
 venv: $(VENV)/.stamp
 $(VENV)/.stamp: requirements-dev.txt
@@ -44,3 +45,6 @@ test: lint $(TEST_TARGETS)
 
 test-fast: venv $(TEST_FAST_TARGETS)
 	@echo "make test-fast: passed ($(TEST_FAST_TARGETS))"
+
+# Benchmarks that need no GPU; each prints its figures (and fails only when the thing measured broke).
+bench: bench-startup bench-smoke bench-noop
