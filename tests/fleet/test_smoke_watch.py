@@ -156,6 +156,21 @@ def test_a_fallback_marker_fails_with_the_marker_line(smoke_module, host):
     assert "fallback" in result["msg"]
 
 
+def test_a_runtime_fallback_after_an_active_marker_fails_with_its_reason(smoke_module, host):
+    gave_up = "kdtree-verify-fallback: pid=102 state=fallback reason=device\\x20cuda:0:\\x20sm_89"
+    host.journal = [marker(101), marker(102), gave_up]
+    result = poll(smoke_module)
+    assert result["state"] == "failed"
+    assert "pid 102" in result["msg"]
+    assert "fell back to Triton at run time" in result["msg"]
+    assert gave_up in result["msg"]
+
+
+def test_a_runtime_fallback_of_another_process_does_not_count(smoke_module, host):
+    host.journal = [marker(101), marker(102), "kdtree-verify-fallback: pid=100 state=fallback reason=x"]
+    assert poll(smoke_module)["state"] == "ok"
+
+
 def test_a_marker_of_another_process_does_not_count(smoke_module, host):
     host.journal = [marker(100), marker(101)]
     assert poll(smoke_module) is None

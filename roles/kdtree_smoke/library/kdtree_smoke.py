@@ -55,6 +55,10 @@ FATAL_PATTERNS = (
     "Error in sitecustomize",
 )
 MARKER_RE = re.compile(r"^kdtree-verify: pid=(\d+) .* state=(\w+) ")
+# A process whose patch was active and then gave up at run time (library load, unsupported GPU,
+# kernel error: files/sglang_ext/kdtree_verify/marker.py) prints this second line; Triton then
+# serves its verify calls, so the kernel does not run in that scheduler.
+RUNTIME_FALLBACK_RE = re.compile(r"^kdtree-verify-fallback: pid=(\d+) ")
 SHOW_PROPS = "ActiveState,SubState,Result,NRestarts,InvocationID,ExecMainStatus,MainPID,ControlGroup"
 TRACEBACK_LINES = 80
 
@@ -165,6 +169,16 @@ def markers(lines: list[str]) -> dict[int, tuple[str, str]]:
     return found
 
 
+def runtime_fallbacks(lines: list[str]) -> dict[int, str]:
+    """pid -> the first `kdtree-verify-fallback:` line of that process."""
+    found: dict[int, str] = {}
+    for line in lines:
+        match = RUNTIME_FALLBACK_RE.match(line)
+        if match:
+            found.setdefault(int(match.group(1)), line)
+    return found
+
+
 class Watch:
     def __init__(self, params: dict) -> None:
         self.p = params
@@ -211,6 +225,7 @@ class Watch:
         tail = "\n".join(lines[-30:])
         code = health(p["health_url"])
         found = markers(lines)
+        gave_up = runtime_fallbacks(lines)
         schedulers = []
         for pid in cgroup_pids(props.get("ControlGroup", "")):
             title = process_title(pid)
@@ -243,6 +258,11 @@ class Watch:
                     return self.fail(
                         f"{title} (pid {pid}) reports the patch {marker_state}, wanted {p['marker_state']}",
                         marker_line,
+                    )
+                if p["marker_state"] == "active" and pid in gave_up:
+                    return self.fail(
+                        f"{title} (pid {pid}) fell back to Triton at run time: the kernel does not run there",
+                        gave_up[pid],
                     )
             report.append({"pid": pid, "title": title, "marker": marker_state, "nccl_env_ok": True})
         expected = p["expected_schedulers"]
