@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+import subprocess
 
 import pytest
 
@@ -33,6 +34,24 @@ def _validate(args):
 def test_load_returns_a_kernel_with_the_library_metadata(vk, any_library):
     assert vk.path == str(any_library)
     assert vk.archs == ["sm_90a"]
+
+
+def test_load_rejects_a_library_missing_any_launch_symbol(tmp_path):
+    # Right ABI, every launch symbol but kdtree_verify_max_workspace_bytes: must be KernelUnavailable
+    # (the binding binds that symbol in VerifyKernel.__init__), not an AttributeError.
+    src = tmp_path / "fake.c"
+    src.write_text(
+        f"int kdtree_verify_abi_version(void) {{ return {kernel.ABI_VERSION}; }}\n"
+        'const char* kdtree_verify_build_info(void) { return "archs=sm_90a"; }\n'
+        "int kdtree_verify_run(void) { return 0; }\n"
+        "int kdtree_verify_prepare(void) { return 0; }\n"
+        "int kdtree_verify_num_splits(void) { return 1; }\n"
+        "long kdtree_verify_workspace_bytes(void) { return 0; }\n"
+    )
+    lib = tmp_path / "libfake.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    with pytest.raises(kernel.KernelUnavailable, match="kdtree_verify_max_workspace_bytes"):
+        kernel.load(str(lib))
 
 
 def test_unsupported_reason_names_a_non_cuda_device(vk):

@@ -421,12 +421,9 @@ def load(path: str) -> VerifyKernel:
         import torch  # noqa: F401
     except ImportError as exc:
         raise KernelUnavailable(f"torch is not importable: {exc}") from exc
-    for sym in (
-        "kdtree_verify_run",
-        "kdtree_verify_prepare",
-        "kdtree_verify_num_splits",
-        "kdtree_verify_workspace_bytes",
-    ):
+    # All of _LAUNCH_SYMBOLS: VerifyKernel binds every one of them (kdtree_verify_max_workspace_bytes
+    # was missing from this list, so a library without it escaped as AttributeError, not KernelUnavailable).
+    for sym in _LAUNCH_SYMBOLS:
         if not hasattr(lib, sym):
             raise KernelUnavailable(f"library lacks symbol {sym}")
     return VerifyKernel(lib, meta)
