@@ -19,6 +19,18 @@ for path in (str(EXT_DIR), str(Path(__file__).resolve().parent)):
         sys.path.insert(0, path)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_patch_state(monkeypatch):
+    """Every test starts and ends with the class unpatched and no marker emitted."""
+    from kdtree_verify import marker, patch
+
+    monkeypatch.delenv("KDTREE_STATUS_DIR", raising=False)
+    patch.reset_for_tests()
+    monkeypatch.setattr(marker, "_emitted", None)
+    yield
+    patch.reset_for_tests()
+
+
 def _compile(tmp: Path, name: str, source: str) -> Path:
     src = tmp / f"{name}.c"
     src.write_text(source)

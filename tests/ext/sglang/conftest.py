@@ -8,16 +8,3 @@ from __future__ import annotations
 import os
 
 os.environ["TRITON_INTERPRET"] = "1"
-
-import pytest
-
-
-@pytest.fixture(autouse=True)
-def _fresh_patch_state(monkeypatch):
-    from kdtree_verify import marker, patch
-
-    monkeypatch.delenv("KDTREE_STATUS_DIR", raising=False)
-    patch.reset_for_tests()
-    monkeypatch.setattr(marker, "_emitted", None)
-    yield
-    patch.reset_for_tests()
