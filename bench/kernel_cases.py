@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from kdtree_verify.reference import tree_mask
 
 HEAD_DIM = 576
 V_DIM = 512
@@ -33,14 +34,8 @@ class CaseSpec:
 
 def random_tree_mask(n: int, gen: torch.Generator) -> torch.Tensor:
     """[n, n] bool: row i sees j when j is i or an ancestor of i (parent(i) < i, random)."""
-    parent = [-1] + [int(torch.randint(0, i, (1,), generator=gen)) for i in range(1, n)]
-    vis = torch.zeros((n, n), dtype=torch.bool)
-    for i in range(n):
-        j = i
-        while j >= 0:
-            vis[i, j] = True
-            j = parent[j]
-    return vis
+    parents = [-1] + [int(torch.randint(0, i, (1,), generator=gen)) for i in range(1, n)]
+    return tree_mask(parents)
 
 
 def make_case(spec: CaseSpec, device: str | torch.device) -> dict[str, Any]:

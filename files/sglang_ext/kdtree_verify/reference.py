@@ -18,6 +18,22 @@ import torch
 V_DIM = 512
 
 
+def tree_mask(parents: list[int]) -> torch.Tensor:
+    """[n, n] bool draft visibility of a tree: token i sees itself and its ancestors.
+
+    `parents[i] < i` is the parent of token i, -1 for the root. This is the draft x draft block
+    that `custom_mask` holds per request (row-major), as SGLang's tree speculation builds it.
+    """
+    n = len(parents)
+    mask = torch.zeros((n, n), dtype=torch.bool)
+    for i in range(n):
+        j = i
+        while j >= 0:
+            mask[i, j] = True
+            j = parents[j]
+    return mask
+
+
 def verify_attention_reference(
     *,
     q: torch.Tensor,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from kdtree_verify.reference import tree_mask
 
 QK, VD = 576, 512
 
@@ -38,18 +39,6 @@ class VerifyCase:
             "batch_size": self.batch_size,
             "sm_scale": self.sm_scale,
         }
-
-
-def tree_mask(parents: list[int]) -> torch.Tensor:
-    """[n, n] draft visibility: a token sees itself and its ancestors (parents[i] < i, -1 = root)."""
-    n = len(parents)
-    mask = torch.zeros(n, n, dtype=torch.bool)
-    for i in range(n):
-        j = i
-        while j >= 0:
-            mask[i, j] = True
-            j = parents[j]
-    return mask
 
 
 TREES = {
