@@ -22,7 +22,7 @@ fleet-status:
 
 # Real systemd test hosts (podman): the stock unit with the double, titles, environ, crash semantics.
 test-testhosts: testhost-image venv
-	$(VBIN)/pytest -q tests/testhosts/test_hosts.py
+	$(VBIN)/pytest -q tests/testhosts/test_hosts.py tests/testhosts/test_fleet_stale.py
 
 # The double alone, no container: CLI, process titles, /health, death semantics.
 test-double-fast: venv

@@ -42,23 +42,41 @@ wait_systemd() {
     esac
     sleep 0.5
   done
-  log "$name: systemd not up after 60 s (state: ${state:-none})"
+  log "$name: systemd not up after 60 s (state: ${state:-none}; container:" \
+    "$("${PODMAN[@]}" container inspect -f '{{.State.Status}} exit={{.State.ExitCode}} {{.State.Error}}' "$name" 2>&1))"
+  "${PODMAN[@]}" logs --tail 20 "$name" 2>&1 | sed "s/^/fleet: $name log: /" >&2 || true
   return 1
 }
 
+# A host counts as running only when podman can exec in it. After a machine restore (or a crash of
+# conmon) podman's state can still say "running" for a container whose processes are gone
+# ("cannot exec in a stopped container"); such a host, and any stopped one, is removed and created
+# afresh: install_double puts the double back, so nothing of value is lost.
 start_host() {
   local name="$1"
-  local running
-  running="$("${PODMAN[@]}" container inspect -f '{{.State.Running}}' "$name" 2>/dev/null || echo absent)"
-  case "$running" in
-    true) ;;
-    false) "${PODMAN[@]}" start "$name" >/dev/null ;;
-    *)
-      local args
-      mapfile -t args < <(run_args "$name")
-      "${PODMAN[@]}" run "${args[@]}" "$IMAGE" /sbin/init >/dev/null
-      ;;
-  esac
+  local state
+  state="$("${PODMAN[@]}" container inspect -f '{{.State.Status}}' "$name" 2>/dev/null || echo absent)"
+  if [[ "$state" == running ]] && "${PODMAN[@]}" exec "$name" true 2>/dev/null; then
+    return 0
+  fi
+  if [[ "$state" != absent ]]; then
+    log "$name: state '$state' and no exec possible: removing the stale container and creating it again"
+    # The first rm of such a container may only notice that it is stopped ("container state
+    # improper: stopped") and fail; a second one removes it.
+    local try
+    for try in 1 2 3 4 5; do
+      "${PODMAN[@]}" rm -f -t 0 "$name" >/dev/null 2>&1 || true
+      "${PODMAN[@]}" container exists "$name" || break
+      sleep "$try"
+    done
+    if "${PODMAN[@]}" container exists "$name"; then
+      log "$name: could not remove the stale container; remove it by hand: podman rm -f $name"
+      return 1
+    fi
+  fi
+  local args
+  mapfile -t args < <(run_args "$name")
+  "${PODMAN[@]}" run "${args[@]}" "$IMAGE" /sbin/init >/dev/null
 }
 
 install_double() {
@@ -120,9 +138,20 @@ down() {
   local names
   names="$(hosts)"
   if [[ -n "$names" ]]; then
-    # shellcheck disable=SC2086
-    "${PODMAN[@]}" rm -f -t 5 $names >/dev/null
-    log "removed: $(echo $names)"
+    # Stale hosts (see start_host) can need a second rm.
+    local try all="$names"
+    for try in 1 2 3; do
+      # shellcheck disable=SC2086
+      "${PODMAN[@]}" rm -f -t 5 $names >/dev/null 2>&1 && break
+      names="$(hosts)"
+      [[ -n "$names" ]] || break
+      sleep "$try"
+    done
+    if [[ -n "$(hosts)" ]]; then
+      log "could not remove: $(hosts | tr '\n' ' ')"
+      return 1
+    fi
+    log "removed: $(echo $all)"
   fi
 }
 
