@@ -529,6 +529,14 @@ KDTREE_EXPORT int kdtree_verify_prepare(int device) {
     cudaGetLastError();
     return KDTREE_ERR_LAUNCH;
   }
+  // With lazy module loading (the default) a kernel is loaded at its first launch. The combine
+  // kernel runs only when a call splits the prefix, which may first happen inside a CUDA-graph
+  // capture; querying its attributes here loads it now, outside any capture.
+  cudaFuncAttributes combine_attr;
+  if (cudaFuncGetAttributes(&combine_attr, kdtree::combine_kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return KDTREE_ERR_LAUNCH;
+  }
   return KDTREE_OK;
 }
 

@@ -333,6 +333,10 @@ def unsupported_reason(backend, q, k, v, layer, forward_batch, sinks, score_mod,
     md = backend.forward_metadata
     if md is None or md.custom_mask is None:
         return "no tree mask"
+    # The kernel's grid covers batch x max_extend_len rows per head (as Triton's does); a token
+    # beyond that would be left unwritten, so such a call goes to the original. Shapes only: no sync.
+    if q.shape[0] > (int(md.qo_indptr.shape[0]) - 1) * int(md.max_extend_len):
+        return "more tokens than batch x max_extend_len"
     if _dtype_name(q) != "bfloat16" or _dtype_name(k) != "bfloat16" or _dtype_name(v) != "bfloat16":
         return "q/k/v not bf16"
     kv_dtype = _dtype_name(backend.token_to_kv_pool.get_key_buffer(layer.layer_id))

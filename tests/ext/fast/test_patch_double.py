@@ -257,6 +257,7 @@ UNSUPPORTED = {
     "fp16 q": ({}, {}, {"q": FakeTensor((T, H, 576), "torch.float16")}),
     "fp8 e5m2 kv": ({"_kv": "torch.float8_e5m2"}, {}, {}),
     "no tree mask": ({"_no_mask": True}, {}, {}),
+    "tokens beyond batch x max_extend_len": ({}, {}, {"q": FakeTensor((T + 1, H, 576))}),
 }
 
 
