@@ -17,6 +17,7 @@ extern "C" {
 #define KDTREE_V_DIM 512
 #define KDTREE_BLOCK_M 64   /* rows (draft token x head) per CTA */
 #define KDTREE_BLOCK_N 16   /* KV tokens per tile */
+#define KDTREE_MIN_SPLIT_TILES 4 /* a split of one request covers at least this many tiles (64 keys) */
 #define KDTREE_MAX_SPLITS 256
 
 enum kdtree_verify_status {

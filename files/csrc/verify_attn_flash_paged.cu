@@ -263,7 +263,11 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
 
   const int total = prefix_len + n;
   const int n_tiles = (total + BN - 1) / BN;
-  const int per_split = (n_tiles + a.num_splits - 1) / a.num_splits;
+  // At least KDTREE_MIN_SPLIT_TILES tiles per split: under CUDA graphs the host sizes num_splits
+  // for the longest possible request, and a short one would otherwise be cut into one-tile splits
+  // each writing a 128 KB fp32 partial output (64 rows x 512) for 18 KB of bf16 KV per tile.
+  // The splits past the request's end are empty and only write lse = -inf.
+  const int per_split = max((n_tiles + a.num_splits - 1) / a.num_splits, KDTREE_MIN_SPLIT_TILES);
   const int t_begin = split * per_split;
   const int t_end = min(n_tiles, t_begin + per_split);
 
@@ -554,7 +558,7 @@ KDTREE_EXPORT int kdtree_verify_num_splits(int num_sms, int batch_size, int num_
   const int64_t ctas = (batch_size > 0 ? batch_size : 1) * m_blocks;
   int64_t splits = ceil_div64(num_sms, ctas);
   const int64_t max_tokens = (max_kv_len > 0 ? max_kv_len : 0) + (max_extend_len > 0 ? max_extend_len : 0);
-  const int64_t by_len = ceil_div64(max_tokens > 0 ? max_tokens : 1, 4 * KDTREE_BLOCK_N);
+  const int64_t by_len = ceil_div64(max_tokens > 0 ? max_tokens : 1, KDTREE_MIN_SPLIT_TILES * KDTREE_BLOCK_N);
   if (splits > by_len) splits = by_len;
   if (splits > KDTREE_MAX_SPLITS) splits = KDTREE_MAX_SPLITS;
   if (splits < 1) splits = 1;
