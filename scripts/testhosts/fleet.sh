@@ -48,6 +48,22 @@ wait_systemd() {
   return 1
 }
 
+# podman rm -f with a stop timeout, retried: the first rm of a stale container (see start_host) may
+# only notice that it is stopped ("container state improper: stopped") and fail; a later one removes it.
+remove_containers() {
+  local timeout="$1"
+  shift
+  local try name left=("$@")
+  for try in 1 2 3 4 5; do
+    "${PODMAN[@]}" rm -f -t "$timeout" "${left[@]}" >/dev/null 2>&1 || true
+    mapfile -t left < <(for name in "${left[@]}"; do "${PODMAN[@]}" container exists "$name" && echo "$name"; done)
+    ((${#left[@]} == 0)) && return 0
+    sleep "$try"
+  done
+  log "could not remove ${left[*]}; remove by hand: podman rm -f ${left[*]}"
+  return 1
+}
+
 # A host counts as running only when podman can exec in it. After a machine restore (or a crash of
 # conmon) podman's state can still say "running" for a container whose processes are gone
 # ("cannot exec in a stopped container"); such a host, and any stopped one, is removed and created
@@ -61,18 +77,7 @@ start_host() {
   fi
   if [[ "$state" != absent ]]; then
     log "$name: state '$state' and no exec possible: removing the stale container and creating it again"
-    # The first rm of such a container may only notice that it is stopped ("container state
-    # improper: stopped") and fail; a second one removes it.
-    local try
-    for try in 1 2 3 4 5; do
-      "${PODMAN[@]}" rm -f -t 0 "$name" >/dev/null 2>&1 || true
-      "${PODMAN[@]}" container exists "$name" || break
-      sleep "$try"
-    done
-    if "${PODMAN[@]}" container exists "$name"; then
-      log "$name: could not remove the stale container; remove it by hand: podman rm -f $name"
-      return 1
-    fi
+    remove_containers 0 "$name" || return 1
   fi
   local args
   mapfile -t args < <(run_args "$name")
@@ -136,22 +141,10 @@ up() {
 
 down() {
   local names
-  names="$(hosts)"
-  if [[ -n "$names" ]]; then
-    # Stale hosts (see start_host) can need a second rm.
-    local try all="$names"
-    for try in 1 2 3; do
-      # shellcheck disable=SC2086
-      "${PODMAN[@]}" rm -f -t 5 $names >/dev/null 2>&1 && break
-      names="$(hosts)"
-      [[ -n "$names" ]] || break
-      sleep "$try"
-    done
-    if [[ -n "$(hosts)" ]]; then
-      log "could not remove: $(hosts | tr '\n' ' ')"
-      return 1
-    fi
-    log "removed: $(echo $all)"
+  mapfile -t names < <(hosts)
+  if ((${#names[@]} > 0)); then
+    remove_containers 5 "${names[@]}" || return 1
+    log "removed: ${names[*]}"
   fi
 }
 
