@@ -335,7 +335,7 @@ def unsupported_reason(backend, q, k, v, layer, forward_batch, sinks, score_mod,
         return "no tree mask"
     # The kernel's grid covers batch x max_extend_len rows per head (as Triton's does); a token
     # beyond that would be left unwritten, so such a call goes to the original. Shapes only: no sync.
-    if q.shape[0] > (int(md.qo_indptr.shape[0]) - 1) * int(md.max_extend_len):
+    if q.shape[0] > _batch_size(md) * int(md.max_extend_len):
         return "more tokens than batch x max_extend_len"
     if _dtype_name(q) != "bfloat16" or _dtype_name(k) != "bfloat16" or _dtype_name(v) != "bfloat16":
         return "q/k/v not bf16"
@@ -388,6 +388,11 @@ def _write_kv_like_original(backend, layer, forward_batch, k, v) -> None:
         backend.token_to_kv_pool.set_kv_buffer(layer, loc_info, k.clone().div_(layer.k_scale), v)
 
 
+def _batch_size(md) -> int:
+    """Like extend_attention_fwd: the batch is what qo_indptr spans (padded under CUDA graphs)."""
+    return int(md.qo_indptr.shape[0]) - 1
+
+
 def _kernel_args(backend, q, k, v, layer, out) -> dict:
     md = backend.forward_metadata
     heads = layer.tp_q_head_num
@@ -402,8 +407,7 @@ def _kernel_args(backend, q, k, v, layer, out) -> dict:
         "kv_indices": md.kv_indices,
         "custom_mask": md.custom_mask,
         "mask_indptr": md.mask_indptr,
-        # Like extend_attention_fwd: the batch is what qo_indptr spans (padded under CUDA graphs).
-        "batch_size": int(md.qo_indptr.shape[0]) - 1,
+        "batch_size": _batch_size(md),
         "max_extend_len": int(md.max_extend_len),
         "sm_scale": float(layer.scaling),
         "kv_scale": kv_scale,
