@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "files" / "sglang_ext"))
+sys.path.insert(0, str(ROOT / "roles" / "kdtree_patch" / "files" / "sglang_ext"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from kdtree_verify import kernel  # noqa: E402

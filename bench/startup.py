@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-EXT_DIR = Path(__file__).resolve().parents[1] / "files" / "sglang_ext"
+EXT_DIR = Path(__file__).resolve().parents[1] / "roles" / "kdtree_patch" / "files" / "sglang_ext"
 TARGET_MS = 5.0
 
 

@@ -1,4 +1,4 @@
-# Kernel track: the CUDA verify-attention library (files/csrc), its binding's tests, benchmark, GPU check.
+# Kernel track: the CUDA verify-attention library (roles/kdtree_build/files/csrc), its binding's tests, benchmark, GPU check.
 .PHONY: build-kernel test-kernel test-kernel-fast kernel-venv bench-kernel gpu-check
 
 KERNEL_ARCHS := sm_120a sm_100a sm_90a
@@ -14,7 +14,7 @@ build-kernel:
 	@test -n "$(KERNEL_NVCC)" || { echo "nvcc not found (install the CUDA toolkit or set KERNEL_NVCC)" >&2; exit 1; }
 	@mkdir -p $(KERNEL_BUILD)/$(ARCH)
 	@start=$$(date +%s); \
-	  bash files/csrc/build.sh --arch $(ARCH) --out $(KERNEL_BUILD)/$(ARCH) --nvcc $(KERNEL_NVCC) 2>&1 \
+	  bash roles/kdtree_build/files/csrc/build.sh --arch $(ARCH) --out $(KERNEL_BUILD)/$(ARCH) --nvcc $(KERNEL_NVCC) 2>&1 \
 	    | tee $(KERNEL_BUILD)/$(ARCH)/build.log; \
 	  echo "build-kernel: $(ARCH) in $$(( $$(date +%s) - start )) s"
 

@@ -76,7 +76,7 @@ for cand in "$nvcc" /usr/local/cuda-13.0/bin/nvcc /usr/local/cuda/bin/nvcc "$(co
 done
 lib="$dest/build/$arch/libkdtree_verify.so"
 start=$(date +%s)
-if bash "$root/files/csrc/build.sh" --arch "$arch" --out "$dest/build/$arch" ${nvcc:+--nvcc "$nvcc"} \
+if bash "$root/roles/kdtree_build/files/csrc/build.sh" --arch "$arch" --out "$dest/build/$arch" ${nvcc:+--nvcc "$nvcc"} \
      > "$dest/build.log" 2>&1; then
   cp "$dest/build.log" "$dest/build/$arch/build.log"
   note "build: ok in $(( $(date +%s) - start )) s -> $lib"

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-EXT_DIR = ROOT / "files" / "sglang_ext"
+EXT_DIR = ROOT / "roles" / "kdtree_patch" / "files" / "sglang_ext"
 DOUBLE_DIR = ROOT / "tests" / "doubles" / "sglang_double"
 
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CSRC = ROOT / "files" / "csrc"
+CSRC = ROOT / "roles" / "kdtree_build" / "files" / "csrc"
 BUILD_SH = CSRC / "build.sh"
 ARCHS = ("sm_120a", "sm_100a", "sm_90a")
 BUILD_DIR = Path(os.environ.get("KDTREE_KERNEL_BUILD_DIR", ROOT / "build" / "kernel"))
 NVCC = os.environ.get("KDTREE_NVCC", "/usr/local/cuda-13.0/bin/nvcc")
 
-for extra in (ROOT / "files" / "sglang_ext", ROOT / "bench"):
+for extra in (ROOT / "roles" / "kdtree_patch" / "files" / "sglang_ext", ROOT / "bench"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 

@@ -56,7 +56,7 @@ FATAL_PATTERNS = (
 )
 MARKER_RE = re.compile(r"^kdtree-verify: pid=(\d+) .* state=(\w+) ")
 # A process whose patch was active and then gave up at run time (library load, unsupported GPU,
-# kernel error: files/sglang_ext/kdtree_verify/marker.py) prints this second line; Triton then
+# kernel error: roles/kdtree_patch/files/sglang_ext/kdtree_verify/marker.py) prints this second line; Triton then
 # serves its verify calls, so the kernel does not run in that scheduler.
 RUNTIME_FALLBACK_RE = re.compile(r"^kdtree-verify-fallback: pid=(\d+) ")
 SHOW_PROPS = "ActiveState,SubState,Result,NRestarts,InvocationID,ExecMainStatus,MainPID,ControlGroup"

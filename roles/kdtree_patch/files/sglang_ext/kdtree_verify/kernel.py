@@ -1,6 +1,6 @@
 """ctypes binding of libkdtree_verify.so (the CUDA verify-attention kernel).
 
-The library is plain C ABI (see files/csrc/kdtree_verify.h): it needs only the CUDA runtime,
+The library is plain C ABI (see roles/kdtree_build/files/csrc/kdtree_verify.h): it needs only the CUDA runtime,
 never torch's C++ ABI, so a torch upgrade does not require a rebuild.
 
 - ``probe_library(path)`` works without torch: dlopen + ABI symbol check.
@@ -51,7 +51,7 @@ class KernelUnavailable(Exception):
 
 
 class _Args(ctypes.Structure):
-    """Mirror of ``kdtree_verify_args`` in files/csrc/kdtree_verify.h (ABI_VERSION 1)."""
+    """Mirror of ``kdtree_verify_args`` in roles/kdtree_build/files/csrc/kdtree_verify.h (ABI_VERSION 1)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_int32),
