@@ -21,7 +21,7 @@ def load_yaml(path: Path):
 @pytest.fixture(scope="session")
 def smoke_module():
     """The kdtree_smoke module (runs on hosts) imported as a plain Python module."""
-    library = ROLES / "kdtree_smoke" / "library"
+    library = ROOT / "plugins" / "modules"
     sys.path.insert(0, str(library))
     try:
         import kdtree_smoke

@@ -6,8 +6,8 @@ One line on stderr per process, flushed at once:
     lib_sha256=<h> sglang=<v>          (all on one line)
 
 Values never contain spaces: a space is written as the four characters ``\\x20`` (and a
-backslash as ``\\x5c``), an empty value as ``-``. A deploy check matches
-``^kdtree-verify: pid=(\\d+) .* state=(\\w+) `` and compares the pid with the live scheduler PIDs.
+backslash as ``\\x5c``), an empty value as ``-``. A deploy check matches the line with ``MARKER_RE``
+(``match_marker``) and compares the pid with the live scheduler PIDs.
 
 A later change of state inside the same process (the library fails to load on the first verify
 call, or the GPU is unsupported) is reported on a separate ``kdtree-verify-fallback:`` line, which
@@ -18,12 +18,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 from typing import Any
 
 PREFIX = "kdtree-verify:"
 RUNTIME_PREFIX = "kdtree-verify-fallback:"
+# The contract regexes. The smoke check on a host loads this file from the installed patch
+# (stdlib only, no package-relative imports) and matches journal lines with match_marker() and
+# match_runtime_fallback(): this module is the only place the line format is written down.
+MARKER_RE = re.compile(rf"^{re.escape(PREFIX)} pid=(\d+) .* state=(\w+) ")
+RUNTIME_FALLBACK_RE = re.compile(rf"^{re.escape(RUNTIME_PREFIX)} pid=(\d+) ")
 FIELDS = ("pid", "ppid", "title", "mode", "state", "reason", "lib", "lib_sha256", "sglang")
 
 _lock = threading.Lock()
@@ -70,6 +76,18 @@ def parse_line(line: str) -> dict[str, str]:
         name, _, value = token.partition("=")
         out[name] = unescape(value)
     return out
+
+
+def match_marker(line: str) -> tuple[int, str] | None:
+    """(pid, state) of a marker line, or None for any other line."""
+    match = MARKER_RE.match(line)
+    return (int(match.group(1)), match.group(2)) if match else None
+
+
+def match_runtime_fallback(line: str) -> int | None:
+    """The pid of a ``kdtree-verify-fallback:`` line, or None for any other line."""
+    match = RUNTIME_FALLBACK_RE.match(line)
+    return int(match.group(1)) if match else None
 
 
 def _write_status_file(fields: dict[str, Any]) -> None:
