@@ -1,8 +1,7 @@
-# Fleet automation: roles/, playbooks/, molecule/, inventory/ (docs/fleet.md).
+# The kdtree.fleet collection: roles/, plugins/, playbooks/, molecule/, inventory/ (docs/fleet.md).
 .PHONY: demo lint-ansible test-fleet-fast test-molecule test-molecule-default test-molecule-crash \
-	test-molecule-rollback bench-smoke bench-noop
+	test-molecule-rollback test-molecule-consumer collection bench-smoke bench-noop
 
-FLEET_LINT_PATHS := playbooks roles molecule inventory tests/fleet
 FLEET_LOG_DIR := $(ROOT)/.cache/fleet
 
 # Build the three local test hosts, deploy to them and print a per-host summary.
@@ -11,17 +10,22 @@ demo: venv fleet-up
 	@rc=0; ansible-playbook playbooks/deploy.yml -l gpu-hosts 2>&1 | tee $(FLEET_LOG_DIR)/demo.log || rc=$$?; \
 	  $(VBIN)/python scripts/fleet/summary.py --log $(FLEET_LOG_DIR)/demo.log; exit $$rc
 
+# ansible-lint, production profile, configured by .ansible-lint (the collection as a whole).
 lint-ansible: venv
-	$(VBIN)/yamllint -s $(FLEET_LINT_PATHS)
-	$(VBIN)/ansible-lint --offline -c tests/fleet/ansible-lint.yml $(FLEET_LINT_PATHS)
+	$(VBIN)/ansible-lint
+
+# The collection tarball a user installs: build/kdtree-fleet-<version>.tar.gz.
+collection: venv
+	$(VBIN)/ansible-galaxy collection build --force --output-path build .
 
 test-fleet-fast: venv
 	$(VBIN)/pytest -q tests/fleet
 
-# Molecule on real systemd hosts (podman). One host per scenario, run one after the other.
-test-molecule: test-molecule-default test-molecule-crash test-molecule-rollback
+# Molecule on real systemd hosts (podman). One host per scenario, run one after the other; the shared
+# base is .config/molecule/config.yml. consumer: build + install the tarball, deploy from a separate project.
+test-molecule: test-molecule-default test-molecule-crash test-molecule-rollback test-molecule-consumer
 
-test-molecule-default test-molecule-crash test-molecule-rollback: test-molecule-%: venv testhost-image
+test-molecule-default test-molecule-crash test-molecule-rollback test-molecule-consumer: test-molecule-%: venv testhost-image
 	@start=$$(date +%s); molecule test -s $*; \
 	  echo "molecule $*: passed in $$(( $$(date +%s) - start )) s"
 

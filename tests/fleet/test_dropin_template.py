@@ -16,6 +16,12 @@ def render(**over) -> str:
 
     variables = load_yaml(ROLES / "kdtree_service" / "defaults" / "main.yml")
     variables.update(kdtree_service_model_path="/models/tiny-test", kdtree_service_tp_size=2)
+    # required inputs the deploy play hands on from the patch and build roles, and the facts entry point
+    variables.update(
+        kdtree_service_pythonpath="/opt/kdtree/sglang_ext",
+        kdtree_service_lib_path="/opt/kdtree/current/libkdtree_verify.so",
+        kdtree_service_backup_path="/var/lib/kdtree/stock/sglang.service",
+    )
     variables.update(over)
     argv = [
         variables["kdtree_service_python"], "-m", "sglang.launch_server",

@@ -12,19 +12,46 @@ def test_every_role_is_found():
     assert ROLE_NAMES == ["kdtree_build", "kdtree_patch", "kdtree_rollback", "kdtree_service", "kdtree_smoke"]
 
 
+def _main_options(role: str) -> dict:
+    return load_yaml(ROLES / role / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
+
+
 @pytest.mark.parametrize("role", ROLE_NAMES)
-def test_argument_specs_list_exactly_the_defaults(role):
+def test_argument_specs_list_the_defaults_plus_the_required_inputs(role):
     defaults = load_yaml(ROLES / role / "defaults" / "main.yml")
-    options = load_yaml(ROLES / role / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
-    assert sorted(defaults) == sorted(options)
+    options = _main_options(role)
+    optional = sorted(name for name, spec in options.items() if not spec.get("required"))
+    assert sorted(defaults) == optional
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_required_inputs_have_no_default(role):
+    for name, spec in _main_options(role).items():
+        if spec.get("required"):
+            assert "default" not in spec, name
 
 
 @pytest.mark.parametrize("role", ROLE_NAMES)
 def test_argument_spec_defaults_equal_the_defaults(role):
     defaults = load_yaml(ROLES / role / "defaults" / "main.yml")
-    options = load_yaml(ROLES / role / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
+    options = _main_options(role)
     for name, value in defaults.items():
         assert options[name].get("default") == value, name
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_defaults_files_hold_values_not_documentation(role):
+    """Each variable is documented once: in meta/argument_specs.yml, next to its default."""
+    text = (ROLES / role / "defaults" / "main.yml").read_text(encoding="utf-8")
+    comments = [line for line in text.splitlines() if line.lstrip().startswith("#")]
+    assert len(comments) <= 3, comments
+
+
+def test_service_facts_entry_point_documents_the_same_options_as_main():
+    specs = load_yaml(ROLES / "kdtree_service" / "meta" / "argument_specs.yml")["argument_specs"]
+    main = specs["main"]["options"]
+    for name, spec in specs["facts"]["options"].items():
+        assert spec == main[name], name
 
 
 @pytest.mark.parametrize("role", ROLE_NAMES)
@@ -56,11 +83,26 @@ def test_inventory_sets_only_variables_a_role_knows(inventory):
     assert unknown == []
 
 
-def test_playbook_wiring_sets_only_variables_a_role_knows():
-    known = _all_role_variables()
-    wiring = load_yaml(ROOT / "playbooks" / "vars" / "wiring.yml")
-    unknown = [k for k in wiring if not k.startswith("_") and k not in known]
-    assert unknown == []
+def test_inventories_do_not_restate_role_defaults():
+    defaults: dict = {}
+    for role in ROLE_NAMES:
+        defaults.update(load_yaml(ROLES / role / "defaults" / "main.yml"))
+    for inventory in ("local", "production"):
+        group_vars = load_yaml(ROOT / "inventory" / inventory / "group_vars" / "gpu-hosts.yml")
+        same = [k for k, v in group_vars.items() if k in defaults and defaults[k] == v]
+        # the production example names its mode on purpose (docs/fleet.md, "Modes")
+        assert [k for k in same if k != "kdtree_service_verify_mode"] == [], inventory
+
+
+def test_production_example_starts_in_validate():
+    group_vars = load_yaml(ROOT / "inventory" / "production" / "group_vars" / "gpu-hosts.yml")
+    assert group_vars["kdtree_service_verify_mode"] == "validate"
+
+
+def test_playbooks_call_roles_and_modules_by_fully_qualified_name():
+    bare = re.compile(r"^\s*(?:-\s+)?(?:name|role):\s+(kdtree_[a-z_]+)\s*$", re.M)
+    for path in [*(ROOT / "playbooks").glob("*.yml"), *ROLES.glob("*/tasks/*.yml")]:
+        assert bare.findall(path.read_text(encoding="utf-8")) == [], path
 
 
 def test_production_nccl_defaults_are_the_documented_pcie_blackwell_set():
