@@ -16,13 +16,11 @@ TEST_FAST_TARGETS :=
 LINT_TARGETS :=
 
 .PHONY: help venv system-deps lint test test-fast demo bench
+# Every target with its description, generated from the comments above the rules (scripts/make_help.py).
 help:
-	@echo "make demo       build the local test fleet and deploy to it (installs what it needs)"
-	@echo "make test       every test (installs what it needs)"
-	@echo "make test-fast  the quick inner-loop tests"
-	@echo "make lint       ruff, yamllint, ansible-lint"
-	@echo "make bench      the benchmarks that run without a GPU (startup, smoke, noop)"
+	@$(PYTHON) scripts/make_help.py
 
+# The controller's tools venv (.venv): ansible, ansible-lint, molecule, pytest, ruff, yamllint.
 venv: $(VENV)/.stamp
 $(VENV)/.stamp: requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -30,19 +28,23 @@ $(VENV)/.stamp: requirements-dev.txt
 	$(VBIN)/pip install -q -r requirements-dev.txt
 	touch $@
 
+# Debian packages the test hosts need on this machine (podman, runc, debootstrap, ...).
 system-deps:
 	bash scripts/install-system-deps.sh
 
 include $(sort $(wildcard mk/*.mk))
 
+# ruff, yamllint and every component's lint target (ansible-lint).
 lint: venv $(LINT_TARGETS)
 	$(VBIN)/ruff check .
 	$(VBIN)/ruff format --check .
 	$(VBIN)/yamllint -s .
 
+# Every test (lint first); installs what it needs. CI runs this on a fresh clone.
 test: lint $(TEST_TARGETS)
 	@echo "make test: all test targets passed ($(TEST_TARGETS))"
 
+# The quick inner-loop tests (no containers, no torch).
 test-fast: venv $(TEST_FAST_TARGETS)
 	@echo "make test-fast: passed ($(TEST_FAST_TARGETS))"
 

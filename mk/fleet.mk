@@ -18,6 +18,7 @@ lint-ansible: venv
 collection: venv
 	$(VBIN)/ansible-galaxy collection build --force --output-path build .
 
+# Role interfaces, the drop-in template, the smoke module's decisions (no containers).
 test-fleet-fast: venv
 	$(VBIN)/pytest -q tests/fleet
 
@@ -25,6 +26,7 @@ test-fleet-fast: venv
 # base is .config/molecule/config.yml. consumer: build + install the tarball, deploy from a separate project.
 test-molecule: test-molecule-default test-molecule-crash test-molecule-rollback test-molecule-consumer
 
+# One molecule scenario on its own test host (default, crash, rollback, consumer).
 test-molecule-default test-molecule-crash test-molecule-rollback test-molecule-consumer: test-molecule-%: venv testhost-image
 	@start=$$(date +%s); molecule test -s $*; \
 	  echo "molecule $*: passed in $$(( $$(date +%s) - start )) s"

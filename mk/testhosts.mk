@@ -3,6 +3,7 @@
 
 TESTHOSTS_N ?= 3
 
+# The podman image of a systemd test host (localhost/kdtree-testhost:bookworm), built once.
 testhost-image: system-deps
 	@start=$$(date +%s); bash scripts/testhosts/build-image.sh; \
 	  echo "testhost-image: ready in $$(( $$(date +%s) - start )) s"
@@ -11,12 +12,15 @@ testhost-image: system-deps
 testhost-bundle: venv
 	bash scripts/testhosts/make-bundle.sh
 
+# Start the local fleet of $(TESTHOSTS_N) test hosts (recreates stale ones).
 fleet-up: testhost-image venv
 	bash scripts/testhosts/fleet.sh up $(TESTHOSTS_N)
 
+# Remove the local fleet's containers.
 fleet-down:
 	bash scripts/testhosts/fleet.sh down
 
+# Show the local fleet's hosts and their state.
 fleet-status:
 	bash scripts/testhosts/fleet.sh status
 
