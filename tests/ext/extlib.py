@@ -7,6 +7,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from kdtree_verify.shapes import HEAD_DIM_QK
+
 ROOT = Path(__file__).resolve().parents[2]
 EXT_DIR = ROOT / "roles" / "kdtree_patch" / "files" / "sglang_ext"
 DOUBLE_DIR = ROOT / "tests" / "doubles" / "sglang_double"
@@ -54,7 +56,7 @@ class RecordingPool:
 
     def __init__(self, kv_dtype: str = "torch.bfloat16") -> None:
         self.writes: list[tuple] = []
-        self.buffer = FakeTensor((64, 1, 576), kv_dtype)
+        self.buffer = FakeTensor((64, 1, HEAD_DIM_QK), kv_dtype)
 
     def set_kv_buffer(self, layer: Any, loc: Any, k: Any, v: Any, *scales: Any) -> None:
         self.writes.append((layer.layer_id, loc, k, v, scales))

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import torch
 from kdtree_verify.reference import tree_mask
-
-QK, VD = 576, 512
+from kdtree_verify.shapes import HEAD_DIM_QK as QK
+from kdtree_verify.shapes import HEAD_DIM_V as VD
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """ctypes binding of libkdtree_verify.so (the CUDA verify-attention kernel).
 
-The library is plain C ABI (see roles/kdtree_build/files/csrc/kdtree_verify.h): it needs only the CUDA runtime,
-never torch's C++ ABI, so a torch upgrade does not require a rebuild.
+The library is plain C ABI (see roles/kdtree_build/files/csrc/kdtree_verify.h): it needs only the
+CUDA runtime, never torch's C++ ABI, so a torch upgrade does not require a rebuild.
 
 - ``probe_library(path)`` works without torch: dlopen + ABI symbol check.
 - ``load(path)`` imports torch and returns a ``VerifyKernel`` whose ``run`` launches on torch's
@@ -18,13 +18,11 @@ import os
 import threading
 from typing import Any
 
+from kdtree_verify.shapes import HEAD_DIM_QK, HEAD_DIM_V
+
 log = logging.getLogger(__name__)
 
 ABI_VERSION = 1
-
-HEAD_DIM = 576  # 512 latent + 64 rope (absorbed MLA)
-V_DIM = 512
-BLOCK_M = 64  # rows (draft token x head) per CTA, must match KDTREE_BLOCK_M in the header
 
 # Error codes of kdtree_verify_run (mirror of kdtree_verify.h).
 _ERR_NAMES = {
@@ -342,34 +340,36 @@ def validate_args(
         if not cond:
             problems.append(msg)
 
-    need(q.dim() == 3 and q.shape[2] == HEAD_DIM, f"q must be [T, H, {HEAD_DIM}], got {tuple(q.shape)}")
+    need(q.dim() == 3 and q.shape[2] == HEAD_DIM_QK, f"q must be [T, H, {HEAD_DIM_QK}], got {tuple(q.shape)}")
     need(q.dtype == torch.bfloat16, f"q must be bfloat16, got {q.dtype}")
     if problems:
         raise ValueError("; ".join(problems))
     num_tokens, num_heads = int(q.shape[0]), int(q.shape[1])
     need(
         k_extend.dim() == 3
-        and tuple(k_extend.shape[1:]) == (1, HEAD_DIM)
+        and tuple(k_extend.shape[1:]) == (1, HEAD_DIM_QK)
         and k_extend.shape[0] >= num_tokens,
-        f"k_extend must be [T, 1, {HEAD_DIM}], got {tuple(k_extend.shape)}",
+        f"k_extend must be [T, 1, {HEAD_DIM_QK}], got {tuple(k_extend.shape)}",
     )
     need(
-        v_extend.dim() == 3 and tuple(v_extend.shape[1:]) == (1, V_DIM) and v_extend.shape[0] >= num_tokens,
-        f"v_extend must be [T, 1, {V_DIM}], got {tuple(v_extend.shape)}",
+        v_extend.dim() == 3
+        and tuple(v_extend.shape[1:]) == (1, HEAD_DIM_V)
+        and v_extend.shape[0] >= num_tokens,
+        f"v_extend must be [T, 1, {HEAD_DIM_V}], got {tuple(v_extend.shape)}",
     )
     need(k_extend.dtype == torch.bfloat16, f"k_extend must be bfloat16, got {k_extend.dtype}")
     need(v_extend.dtype == torch.bfloat16, f"v_extend must be bfloat16, got {v_extend.dtype}")
     need(
-        kv_buffer.dim() == 3 and tuple(kv_buffer.shape[1:]) == (1, HEAD_DIM),
-        f"kv_buffer must be [P, 1, {HEAD_DIM}], got {tuple(kv_buffer.shape)}",
+        kv_buffer.dim() == 3 and tuple(kv_buffer.shape[1:]) == (1, HEAD_DIM_QK),
+        f"kv_buffer must be [P, 1, {HEAD_DIM_QK}], got {tuple(kv_buffer.shape)}",
     )
     need(
         kv_buffer.dtype in (torch.bfloat16, torch.float8_e4m3fn),
         f"kv_buffer must be bfloat16 or float8_e4m3fn, got {kv_buffer.dtype}",
     )
     need(
-        out.dim() == 3 and tuple(out.shape) == (num_tokens, num_heads, V_DIM),
-        f"out must be [{num_tokens}, {num_heads}, {V_DIM}], got {tuple(out.shape)}",
+        out.dim() == 3 and tuple(out.shape) == (num_tokens, num_heads, HEAD_DIM_V),
+        f"out must be [{num_tokens}, {num_heads}, {HEAD_DIM_V}], got {tuple(out.shape)}",
     )
     need(out.dtype == torch.bfloat16, f"out must be bfloat16, got {out.dtype}")
     for name, t in (("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr), ("mask_indptr", mask_indptr)):

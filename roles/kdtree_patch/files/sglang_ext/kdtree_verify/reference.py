@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-V_DIM = 512
+from kdtree_verify.shapes import HEAD_DIM_V
 
 
 def tree_mask(parents: list[int]) -> torch.Tensor:
@@ -49,7 +49,7 @@ def verify_attention_reference(
     sm_scale: float,
     kv_scale: float = 1.0,
 ) -> torch.Tensor:
-    """[T, H, 512] float32 (T = qo_indptr[batch_size])."""
+    """[T, H, HEAD_DIM_V] float32 (T = qo_indptr[batch_size])."""
     qo = qo_indptr.tolist()
     kvp = kv_indptr.tolist()
     mptr = mask_indptr.tolist()
@@ -64,9 +64,11 @@ def verify_attention_reference(
             continue
         slots = kv_indices[kvp[r] : kvp[r + 1]].long()
         prefix = slots.numel()
-        k_prefix = kv_buffer[slots, 0, :].float() * kv_scale  # [P, 576]
-        keys = torch.cat([k_prefix, k_extend[q0:q1, 0, :].float()], dim=0)  # [P+n, 576]
-        values = torch.cat([k_prefix[:, :V_DIM], v_extend[q0:q1, 0, :].float()], dim=0)  # [P+n, 512]
+        k_prefix = kv_buffer[slots, 0, :].float() * kv_scale  # [P, shapes.HEAD_DIM_QK]
+        keys = torch.cat([k_prefix, k_extend[q0:q1, 0, :].float()], dim=0)  # [P+n, shapes.HEAD_DIM_QK]
+        values = torch.cat(
+            [k_prefix[:, :HEAD_DIM_V], v_extend[q0:q1, 0, :].float()], dim=0
+        )  # [P+n, HEAD_DIM_V]
         scores = torch.einsum("thd,sd->hts", q[q0:q1].float(), keys) * sm_scale  # [H, n, P+n]
         rows = torch.arange(n, device=q.device).view(n, 1) * (prefix + n)
         cols = prefix + torch.arange(n, device=q.device).view(1, n)
