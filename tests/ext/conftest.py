@@ -22,13 +22,12 @@ for path in (str(EXT_DIR), str(Path(__file__).resolve().parent)):
 @pytest.fixture(autouse=True)
 def _fresh_patch_state(monkeypatch):
     """Every test starts and ends with the class unpatched and no marker emitted."""
-    from kdtree_verify import marker, patch
+    from kdtree_verify import lifecycle
 
     monkeypatch.delenv("KDTREE_STATUS_DIR", raising=False)
-    patch.reset_for_tests()
-    monkeypatch.setattr(marker, "_emitted", None)
+    lifecycle.reset_for_tests()
     yield
-    patch.reset_for_tests()
+    lifecycle.reset_for_tests()
 
 
 def _compile(tmp: Path, name: str, source: str) -> Path:

@@ -125,20 +125,20 @@ def test_an_error_in_the_chained_sitecustomize_is_reported_and_python_carries_on
 def test_a_failing_patch_callback_never_breaks_the_sglang_import(libs, tmp_path):
     broken = tmp_path / "ext"
     shutil.copytree(EXT_DIR, broken)
-    (broken / "kdtree_verify" / "patch.py").write_text("raise ImportError('patch module broken')\n")
+    (broken / "kdtree_verify" / "lifecycle.py").write_text("raise ImportError('lifecycle module broken')\n")
     env = clean_env(PYTHONPATH=f"{broken}:{DOUBLE_DIR}", KDTREE_VERIFY="on", KDTREE_LIB=str(libs["good"]))
     code = "import sglang.srt.layers.attention.triton_backend as tb; print(tb.TritonAttnBackend.__name__)"
     res = run_python(sys.executable, ["-c", code], env)
     assert res.returncode == 0 and res.stdout.strip() == "TritonAttnBackend"
     assert "error in the post-import hook for sglang.srt.layers.attention.triton_backend" in res.stderr
-    assert "patch module broken" in res.stderr
+    assert "lifecycle module broken" in res.stderr
 
 
 def test_plain_start_up_imports_nothing_heavy(libs):
     code = (
         "import sys; print(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('torch', 'sglang', 'logging', 'inspect', 'ctypes') "
-        "or m in ('kdtree_verify.patch', 'kdtree_verify.kernel')))"
+        "or m in ('kdtree_verify.lifecycle', 'kdtree_verify.dispatch', 'kdtree_verify.kernel')))"
     )
     res = run_python(sys.executable, ["-c", code], hook_env(libs))
     assert res.returncode == 0, res.stderr

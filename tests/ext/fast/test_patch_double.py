@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 from extlib import FakeTensor, RecordingPool
-from kdtree_verify import kernel, patch
+from kdtree_verify import dispatch, kernel, lifecycle
+from kdtree_verify.shapes import HEAD_DIM_QK, HEAD_DIM_V
 
 tb = pytest.importorskip("sglang.srt.layers.attention.triton_backend")
 from sglang.srt.layers.radix_attention import AttentionType, RadixAttention  # noqa: E402
@@ -69,16 +70,16 @@ def make_backend(is_draft: bool = False, kv_dtype: str = "torch.bfloat16", **att
 
 
 def mla_layer(**overrides):
-    layer = RadixAttention(H, 576, 0.1, num_kv_heads=1, layer_id=3, v_head_dim=512)
+    layer = RadixAttention(H, HEAD_DIM_QK, 0.1, num_kv_heads=1, layer_id=3, v_head_dim=HEAD_DIM_V)
     for name, value in overrides.items():
         setattr(layer, name, value)
     return layer
 
 
 def call(backend, mode=ForwardMode.TARGET_VERIFY, layer=None, save_kv_cache=True, **kwargs):
-    q = kwargs.pop("q", FakeTensor((T, H, 576)))
-    k = kwargs.pop("k", FakeTensor((T, 1, 576)))
-    v = kwargs.pop("v", FakeTensor((T, 1, 512)))
+    q = kwargs.pop("q", FakeTensor((T, H, HEAD_DIM_QK)))
+    k = kwargs.pop("k", FakeTensor((T, 1, HEAD_DIM_QK)))
+    v = kwargs.pop("v", FakeTensor((T, 1, HEAD_DIM_V)))
     batch = ForwardBatch(forward_mode=mode, batch_size=2, out_cache_loc="slots")
     return backend.forward(q, k, v, layer or mla_layer(), batch, save_kv_cache=save_kv_cache, **kwargs)
 
@@ -88,24 +89,24 @@ def active(libs, monkeypatch):
     binding = Binding()
     monkeypatch.setenv("KDTREE_VERIFY", "on")
     monkeypatch.setenv("KDTREE_LIB", str(libs["good"]))
-    st = patch.install(tb, binding=binding)
+    st = lifecycle.install(tb, binding=binding)
     assert st["state"] == "active", st
     return binding
 
 
 def test_install_puts_a_wrapper_on_the_class_and_uninstall_restores_the_original(active):
     wrapper = tb.TritonAttnBackend.__dict__["forward_extend"]
-    assert patch.is_wrapper(wrapper) and wrapper.__wrapped__ is ORIGINAL
-    assert patch.status()["lib_sha256"] and patch.status()["kernel_loaded"] is False
-    assert patch.uninstall()["state"] == "not-installed"
+    assert dispatch.is_wrapper(wrapper) and wrapper.__wrapped__ is ORIGINAL
+    assert lifecycle.status()["lib_sha256"] and lifecycle.status()["kernel_loaded"] is False
+    assert lifecycle.uninstall()["state"] == "not-installed"
     assert tb.TritonAttnBackend.__dict__["forward_extend"] is ORIGINAL
-    assert patch.uninstall()["state"] == "not-installed"  # idempotent
+    assert lifecycle.uninstall()["state"] == "not-installed"  # idempotent
 
 
 def test_install_twice_and_from_many_threads_wraps_exactly_once(active, libs):
     first = tb.TritonAttnBackend.__dict__["forward_extend"]
     threads = [
-        threading.Thread(target=patch.install, args=(tb,), kwargs={"binding": active}) for _ in range(8)
+        threading.Thread(target=lifecycle.install, args=(tb,), kwargs={"binding": active}) for _ in range(8)
     ]
     for t in threads:
         t.start()
@@ -117,14 +118,14 @@ def test_install_twice_and_from_many_threads_wraps_exactly_once(active, libs):
 
 def test_status_reports_fallback_when_someone_replaced_the_wrapper(active):
     tb.TritonAttnBackend.forward_extend = ORIGINAL
-    st = patch.status()
+    st = lifecycle.status()
     assert st["state"] == "fallback" and "no longer the kdtree wrapper" in st["reason"]
 
 
 def test_off_is_the_default_and_never_patches(libs, monkeypatch):
     monkeypatch.delenv("KDTREE_VERIFY", raising=False)
     monkeypatch.setenv("KDTREE_LIB", str(libs["good"]))
-    st = patch.install(tb, binding=Binding())
+    st = lifecycle.install(tb, binding=Binding())
     assert (st["mode"], st["state"]) == ("off", "off")
     assert tb.TritonAttnBackend.__dict__["forward_extend"] is ORIGINAL
 
@@ -141,7 +142,7 @@ def test_off_is_the_default_and_never_patches(libs, monkeypatch):
 def test_every_library_failure_falls_back_and_leaves_the_original(libs, monkeypatch, lib_key, reason_part):
     monkeypatch.setenv("KDTREE_VERIFY", "on")
     monkeypatch.setenv("KDTREE_LIB", str(libs[lib_key]))
-    st = patch.install(tb)  # the real kdtree_verify.kernel binding
+    st = lifecycle.install(tb)  # the real kdtree_verify.kernel binding
     assert st["state"] == "fallback" and reason_part in st["reason"], st
     assert tb.TritonAttnBackend.__dict__["forward_extend"] is ORIGINAL
 
@@ -149,10 +150,10 @@ def test_every_library_failure_falls_back_and_leaves_the_original(libs, monkeypa
 def test_unset_library_and_unknown_mode_fall_back(monkeypatch):
     monkeypatch.setenv("KDTREE_VERIFY", "validate")
     monkeypatch.delenv("KDTREE_LIB", raising=False)
-    assert patch.install(tb)["reason"] == "KDTREE_LIB is not set"
-    patch.reset_for_tests()
+    assert lifecycle.install(tb)["reason"] == "KDTREE_LIB is not set"
+    lifecycle.reset_for_tests()
     monkeypatch.setenv("KDTREE_VERIFY", "yes")
-    st = patch.install(tb)
+    st = lifecycle.install(tb)
     assert st["state"] == "fallback" and "unknown KDTREE_VERIFY" in st["reason"]
     assert tb.TritonAttnBackend.__dict__["forward_extend"] is ORIGINAL
 
@@ -165,7 +166,7 @@ def test_a_different_sglang_signature_falls_back_without_patching(libs, monkeypa
     module = SimpleNamespace(TritonAttnBackend=Newer)
     monkeypatch.setenv("KDTREE_VERIFY", "on")
     monkeypatch.setenv("KDTREE_LIB", str(libs["good"]))
-    st = patch.install(module, binding=Binding())
+    st = lifecycle.install(module, binding=Binding())
     assert st["state"] == "fallback" and "signature" in st["reason"]
     assert Newer.__dict__["forward_extend"](None, *range(5)) == "newer"
 
@@ -173,7 +174,7 @@ def test_a_different_sglang_signature_falls_back_without_patching(libs, monkeypa
 def test_a_module_without_the_class_falls_back(libs, monkeypatch):
     monkeypatch.setenv("KDTREE_VERIFY", "on")
     monkeypatch.setenv("KDTREE_LIB", str(libs["good"]))
-    st = patch.install(SimpleNamespace(), binding=Binding())
+    st = lifecycle.install(SimpleNamespace(), binding=Binding())
     assert st["state"] == "fallback" and "has no TritonAttnBackend" in st["reason"]
 
 
@@ -184,8 +185,8 @@ def test_a_missing_kernel_binding_is_a_fallback_reason(libs, monkeypatch):
     def no_binding():
         raise ImportError("No module named 'kdtree_verify.kernel'")
 
-    monkeypatch.setattr(patch, "_load_binding", no_binding)
-    st = patch.install(tb)
+    monkeypatch.setattr(lifecycle, "load_binding", no_binding)
+    st = lifecycle.install(tb)
     assert st["state"] == "fallback" and "kernel binding not importable" in st["reason"]
 
 
@@ -194,14 +195,19 @@ def test_target_verify_on_the_target_model_runs_the_kernel_after_the_original_kv
     out = call(backend)
     assert backend.calls == []  # the original never ran
     (args,) = active.kernel.calls
-    assert args["out"].shape == (T, H * 512) and out is args["out"]
+    assert args["out"].shape == (T, H * HEAD_DIM_V) and out is args["out"]
     assert args["kv_buffer"] is backend.token_to_kv_pool.buffer
     assert args["batch_size"] == 2 and args["max_extend_len"] == 4
     assert args["sm_scale"] == 0.1 and args["kv_scale"] == 1.0
     ((layer_id, loc, k, v, scales),) = backend.token_to_kv_pool.writes
-    assert layer_id == 3 and loc.loc == "slots" and k.shape == (T, 1, 576) and v.shape == (T, 1, 512)
+    assert (
+        layer_id == 3
+        and loc.loc == "slots"
+        and k.shape == (T, 1, HEAD_DIM_QK)
+        and v.shape == (T, 1, HEAD_DIM_V)
+    )
     assert scales == ()
-    assert patch.status()["counts"] == {"kernel": 1}
+    assert lifecycle.status()["counts"] == {"kernel": 1}
 
 
 def test_save_kv_cache_false_writes_nothing(active):
@@ -254,10 +260,10 @@ UNSUPPORTED = {
     "sinks": ({}, {}, {"sinks": "s"}),
     "score_mod": ({}, {}, {"score_mod": "m"}),
     "aux_tensors": ({}, {}, {"aux_tensors": "a"}),
-    "fp16 q": ({}, {}, {"q": FakeTensor((T, H, 576), "torch.float16")}),
+    "fp16 q": ({}, {}, {"q": FakeTensor((T, H, HEAD_DIM_QK), "torch.float16")}),
     "fp8 e5m2 kv": ({"_kv": "torch.float8_e5m2"}, {}, {}),
     "no tree mask": ({"_no_mask": True}, {}, {}),
-    "tokens beyond batch x max_extend_len": ({}, {}, {"q": FakeTensor((T + 1, H, 576))}),
+    "tokens beyond batch x max_extend_len": ({}, {}, {"q": FakeTensor((T + 1, H, HEAD_DIM_QK))}),
 }
 
 
@@ -272,7 +278,7 @@ def test_unsupported_shapes_and_options_go_to_the_original_unchanged(active, cas
         backend.forward_metadata.custom_mask = None
     assert call(backend, layer=mla_layer(**layer_attrs), **call_kwargs) == tb.DOUBLE_OUTPUT
     assert backend.calls == ["forward_extend"] and active.kernel.calls == []
-    (key,) = patch.status()["counts"]
+    (key,) = lifecycle.status()["counts"]
     assert key.startswith("original:")
 
 
@@ -280,11 +286,11 @@ def test_a_library_that_fails_to_load_on_the_first_verify_call_falls_back_for_go
     monkeypatch.setenv("KDTREE_VERIFY", "on")
     monkeypatch.setenv("KDTREE_LIB", str(libs["good"]))
     binding = Binding(load_error="torch is not importable")
-    assert patch.install(tb, binding=binding)["state"] == "active"
+    assert lifecycle.install(tb, binding=binding)["state"] == "active"
     backend = make_backend()
     assert call(backend) == tb.DOUBLE_OUTPUT and call(backend) == tb.DOUBLE_OUTPUT
     assert backend.calls == ["forward_extend", "forward_extend"]
-    st = patch.status()
+    st = lifecycle.status()
     assert st["state"] == "fallback" and "torch is not importable" in st["reason"]
     assert capsys.readouterr().err.count("kdtree-verify-fallback:") == 1
 
@@ -293,10 +299,10 @@ def test_an_unsupported_gpu_falls_back_to_the_original(libs, monkeypatch):
     monkeypatch.setenv("KDTREE_VERIFY", "on")
     monkeypatch.setenv("KDTREE_LIB", str(libs["good"]))
     binding = Binding(RecordingKernel(unsupported="sm_90 is not in the library (sm_120a)"))
-    patch.install(tb, binding=binding)
+    lifecycle.install(tb, binding=binding)
     backend = make_backend()
     assert call(backend) == tb.DOUBLE_OUTPUT and binding.kernel.calls == []
-    assert "sm_90" in patch.status()["reason"]
+    assert "sm_90" in lifecycle.status()["reason"]
 
 
 def test_a_kernel_that_raises_falls_back_without_writing_the_kv_twice(active):
@@ -307,12 +313,12 @@ def test_a_kernel_that_raises_falls_back_without_writing_the_kv_twice(active):
     backend = make_backend()
     assert call(backend) == tb.DOUBLE_OUTPUT
     assert len(backend.token_to_kv_pool.writes) == 1  # ours; the original ran with save_kv_cache=False
-    assert patch.status()["state"] == "fallback"
+    assert lifecycle.status()["state"] == "fallback"
 
 
 def test_around_hook_binds_positional_and_keyword_arguments_like_the_real_signature(active):
     backend = make_backend()
-    q, k, v = FakeTensor((T, H, 576)), FakeTensor((T, 1, 576)), FakeTensor((T, 1, 512))
+    q, k, v = FakeTensor((T, H, HEAD_DIM_QK)), FakeTensor((T, 1, HEAD_DIM_QK)), FakeTensor((T, 1, HEAD_DIM_V))
     batch = ForwardBatch(forward_mode=ForwardMode.EXTEND, out_cache_loc="slots")
     seen = []
 
@@ -320,5 +326,5 @@ def test_around_hook_binds_positional_and_keyword_arguments_like_the_real_signat
         seen.append(args)
         return "orig"
 
-    assert patch.around_hook(original, backend, q, k, v, mla_layer(), batch, save_kv_cache=False) == "orig"
+    assert dispatch.around_hook(original, backend, q, k, v, mla_layer(), batch, save_kv_cache=False) == "orig"
     assert seen[0][5:] == (False, None, None, None)

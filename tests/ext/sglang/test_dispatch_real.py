@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from kdtree_verify import patch
+from kdtree_verify import kernel, lifecycle
 from kdtree_verify.reference import ReferenceKernel
 from verify_cases import QK, VD, make_case
 
@@ -35,10 +35,10 @@ class MLAPool:
 
 
 class Binding:
-    KernelUnavailable = patch._load_binding().KernelUnavailable
+    KernelUnavailable = kernel.KernelUnavailable
 
     def probe_library(self, path):
-        return patch._load_binding().probe_library(path)
+        return kernel.probe_library(path)
 
     def load(self, path):
         return ReferenceKernel()
@@ -121,7 +121,7 @@ def _install(monkeypatch, libs, mode, tol=None):
     monkeypatch.setenv("KDTREE_LIB", str(libs["good"]))
     if tol is not None:
         monkeypatch.setenv("KDTREE_VERIFY_TOL", tol)
-    st = patch.install(tb, binding=Binding())
+    st = lifecycle.install(tb, binding=Binding())
     assert st["state"] == "active", st
 
 
@@ -130,7 +130,7 @@ def test_on_mode_writes_the_kv_cache_like_the_original_and_returns_the_kernel_ou
     expected, expected_pool = run(case, ForwardMode.TARGET_VERIFY, slots)  # unpatched: real Triton
     _install(monkeypatch, libs, "on")
     got, got_pool = run(case, ForwardMode.TARGET_VERIFY, slots)
-    assert patch.status()["counts"] == {"kernel": 1}
+    assert lifecycle.status()["counts"] == {"kernel": 1}
     assert torch.equal(got_pool, expected_pool)  # the same KV write
     assert (got.float() - expected.float()).abs().max().item() < 0.02
 
@@ -142,7 +142,7 @@ def test_validate_mode_returns_triton_output_and_records_the_difference(case, li
     got, _ = run(case, ForwardMode.TARGET_VERIFY, slots)
     got2, _ = run(case, ForwardMode.TARGET_VERIFY, slots)
     assert torch.equal(got, expected) and torch.equal(got2, expected)
-    stats = patch.status()["validate"]
+    stats = lifecycle.status()["validate"]
     assert stats["calls"] == 2 and stats["mismatches"] == 0
     assert 0 < stats["max_abs"] < 0.02 and stats["max_rel"] < 0.02
     assert len(stats["recent"]) == 2
@@ -151,11 +151,11 @@ def test_validate_mode_returns_triton_output_and_records_the_difference(case, li
 def test_validate_counts_mismatches_over_the_tolerance(case, libs, monkeypatch):
     _install(monkeypatch, libs, "validate", tol="1e-9")
     run(case, ForwardMode.TARGET_VERIFY, torch.arange(84, 96))
-    stats = patch.status()["validate"]
+    stats = lifecycle.status()["validate"]
     assert stats["calls"] == 1 and stats["mismatches"] == 1 and stats["tol"] == 1e-9
 
 
 def test_a_plain_extend_on_the_real_class_still_runs_the_original(case, libs, monkeypatch):
     _install(monkeypatch, libs, "on")
     run(case, ForwardMode.EXTEND, torch.arange(84, 96))
-    assert patch.status()["counts"] == {"original:not target-verify": 1}
+    assert lifecycle.status()["counts"] == {"original:not target-verify": 1}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from extlib import EXT_DIR, clean_env
-from kdtree_verify import kernel, marker, patch
+from kdtree_verify import kernel, lifecycle, marker
 from kdtree_verify.reference import verify_attention_reference
 from verify_cases import VD, make_case
 
@@ -26,10 +26,10 @@ def test_the_patch_binds_to_the_real_forward_extend_signature(libs, monkeypatch)
     original = tb.TritonAttnBackend.__dict__["forward_extend"]
     monkeypatch.setenv("KDTREE_VERIFY", "validate")
     monkeypatch.setenv("KDTREE_LIB", str(libs["good"]))
-    st = patch.install(tb)  # the real kernel binding, a real .so with the right ABI
+    st = lifecycle.install(tb)  # the real kernel binding, a real .so with the right ABI
     assert st["state"] == "active" and st["sglang"] == "0.5.23", st
     assert tb.TritonAttnBackend.forward_extend.__wrapped__ is original
-    assert patch.uninstall()["state"] == "not-installed"
+    assert lifecycle.uninstall()["state"] == "not-installed"
     assert tb.TritonAttnBackend.__dict__["forward_extend"] is original
 
 
@@ -58,7 +58,7 @@ def test_the_real_backend_has_every_attribute_the_dispatch_reads():
         "max_extend_len",
         "swa_out_cache_loc",
     } <= set(tb.ForwardMetadata.__dataclass_fields__)
-    assert tb.KVWriteLoc.for_batch  # the name patch._write_kv_like_original resolves
+    assert tb.KVWriteLoc.for_batch  # the name dispatch._write_kv_like_original resolves
 
 
 def _free_port() -> int:

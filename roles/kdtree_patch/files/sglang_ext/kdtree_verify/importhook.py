@@ -1,7 +1,8 @@
 """A post-import hook: run a callback right after one named module finished executing.
 
 Installed by ``sitecustomize.py`` in every interpreter that has the hook directory on PYTHONPATH,
-so it must cost next to nothing: only ``sys`` is imported, and ``find_spec`` returns at once for
+so it must cost next to nothing: only ``sys`` and the constants of ``kdtree_verify.target`` are
+imported, and ``find_spec`` returns at once for
 every module except the one watched. When that module is imported, the finder asks the rest of
 ``sys.meta_path`` for the real spec and wraps its loader; after ``exec_module`` the callback runs.
 A failing callback prints a traceback on stderr and never breaks the import.
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import sys
 
+from kdtree_verify.target import TARGET_MODULE
+
 # typing, types and collections.abc are needed for annotations only; importing them here would
 # cost every Python start-up milliseconds (typing pulls re, enum, functools, contextlib ...).
 TYPE_CHECKING = False
@@ -18,8 +21,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from types import ModuleType
     from typing import Any
-
-TARGET_MODULE = "sglang.srt.layers.attention.triton_backend"
 
 
 class _CallbackLoader:
@@ -90,15 +91,18 @@ def install(name: str, callback: Callable[[ModuleType], None]) -> PostImportFind
     return finder
 
 
-def uninstall(finder: PostImportFinder) -> None:
-    if finder in sys.meta_path:
-        sys.meta_path.remove(finder)
+def is_installed(name: str | None = None) -> bool:
+    """Is a post-import hook in ``sys.meta_path`` (for `name`, or for any module when None)?"""
+    return any(
+        isinstance(finder, PostImportFinder) and (name is None or finder.name == name)
+        for finder in sys.meta_path
+    )
 
 
 def _apply_patch(module: ModuleType) -> None:
-    from kdtree_verify import patch
+    from kdtree_verify import lifecycle
 
-    patch.install(module)
+    lifecycle.install(module)
 
 
 def install_patch_hook() -> PostImportFinder:

@@ -149,3 +149,10 @@ def emitted() -> dict[str, Any] | None:
     if _emitted is not None and _emitted["pid"] == os.getpid():
         return dict(_emitted)
     return None
+
+
+def reset_for_tests() -> None:
+    """Forget this process's marker, so the next emit() prints again (tests only)."""
+    global _emitted
+    with _lock:
+        _emitted = None

@@ -20,7 +20,9 @@ import os
 import sys
 from typing import Any
 
-DEFAULT_MODULE = "sglang.srt.layers.attention.triton_backend"
+from kdtree_verify import importhook
+from kdtree_verify.target import TARGET_MODULE
+
 EXIT_ACTIVE, EXIT_NOT_ACTIVE, EXIT_PROBE_FAILED = 0, 1, 2
 
 
@@ -55,7 +57,7 @@ def child_report(module_name: str) -> dict[str, Any]:
         "pid": os.getpid(),
         "python": sys.executable,
         "sitecustomize": _sitecustomize_report(),
-        "hook_installed": any(type(f).__name__ == "PostImportFinder" for f in sys.meta_path),
+        "hook_installed": importhook.is_installed(),
         "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
         "kdtree_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("KDTREE_")},
         "library": _library_report(),
@@ -67,11 +69,14 @@ def child_report(module_name: str) -> dict[str, Any]:
         report["import"] = {"module": module_name, "ok": True}
     except BaseException as exc:  # the backend import may fail in many ways; report it
         report["import"] = {"module": module_name, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
-    patch = sys.modules.get("kdtree_verify.patch")
-    if patch is None:
-        report["patch"] = {"state": "absent", "reason": "kdtree_verify.patch was never imported in the child"}
+    lifecycle = sys.modules.get("kdtree_verify.lifecycle")
+    if lifecycle is None:
+        report["patch"] = {
+            "state": "absent",
+            "reason": "kdtree_verify.lifecycle was never imported in the child",
+        }
     else:
-        report["patch"] = patch.status()
+        report["patch"] = lifecycle.status()
     report["active"] = report["patch"].get("state") == "active"
     return report
 
@@ -85,7 +90,7 @@ def _child_main(conn: Any, module_name: str) -> None:
         conn.close()
 
 
-def run_probe(module_name: str = DEFAULT_MODULE, timeout: float = 300.0) -> dict[str, Any]:
+def run_probe(module_name: str = TARGET_MODULE, timeout: float = 300.0) -> dict[str, Any]:
     ctx = multiprocessing.get_context("spawn")
     parent_conn, child_conn = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child_main, args=(child_conn, module_name), name="kdtree-verify-probe")
@@ -136,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m kdtree_verify.probe", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--module", default=DEFAULT_MODULE, help="backend module the child imports")
+    parser.add_argument("--module", default=TARGET_MODULE, help="backend module the child imports")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the child")
     args = parser.parse_args(argv)
     report = run_probe(args.module, args.timeout)

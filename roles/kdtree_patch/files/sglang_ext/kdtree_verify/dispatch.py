@@ -1,0 +1,258 @@
+"""Which `forward_extend` calls the kdtree kernel serves, and how it serves them.
+
+A mirror of SGLang 0.5.23's `TritonAttnBackend.forward_extend` (triton_backend.py): every branch
+of the original that the kernel does not implement sends the call back to the original method,
+unchanged. Two entry points bind the 0.5.23 signature onto `dispatch()`: the wrapper that the
+lifecycle puts on the class (`make_wrapper`) and the `HookType.AROUND` hook of plugin mode
+(`around_hook`).
+
+Modes (`KDTREE_VERIFY`): `validate` runs the original (KV write + Triton), then the kernel into a
+scratch buffer, records the difference on the device and returns Triton's output; `on` writes the
+KV cache exactly as the original does, then runs the kernel only. A kernel that cannot load, a GPU
+it does not support, or a kernel call that raises ends in one `kdtree-verify-fallback:` line and
+the original method from then on.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from kdtree_verify import marker
+from kdtree_verify.shapes import HEAD_DIM_QK, HEAD_DIM_V
+from kdtree_verify.state import LOCK, STATE
+from kdtree_verify.target import EXPECTED_PARAMS, TARGET_ATTR, TARGET_CLASS, TARGET_MODULE
+
+logger = logging.getLogger(__name__)
+
+WRAPPER_FLAG = "_kdtree_verify_wrapper"
+_DEFAULTS = {"save_kv_cache": True, "sinks": None, "score_mod": None, "aux_tensors": None}
+
+
+def is_wrapper(func: Any) -> bool:
+    """Is `func` a wrapper made by `make_wrapper`?"""
+    return bool(getattr(func, WRAPPER_FLAG, False))
+
+
+def make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The class attribute of class-patch mode: the 0.5.23 signature, routed through `dispatch`."""
+
+    def forward_extend(
+        self,
+        q,
+        k,
+        v,
+        layer,
+        forward_batch,
+        save_kv_cache=True,
+        sinks=None,
+        score_mod=None,
+        aux_tensors=None,
+    ):
+        return dispatch(
+            original, self, q, k, v, layer, forward_batch, save_kv_cache, sinks, score_mod, aux_tensors
+        )
+
+    forward_extend.__wrapped__ = original  # type: ignore[attr-defined]
+    forward_extend.__qualname__ = f"{TARGET_CLASS}.{TARGET_ATTR}"
+    forward_extend.__doc__ = "kdtree-verify wrapper of " + (original.__qualname__ or TARGET_ATTR)
+    setattr(forward_extend, WRAPPER_FLAG, True)
+    return forward_extend
+
+
+def around_hook(original_fn: Callable[..., Any], backend: Any, *args: Any, **kwargs: Any) -> Any:
+    """`HookType.AROUND` hook for SGLang's HookRegistry (plugin mode): the same dispatch."""
+    values = dict(zip(EXPECTED_PARAMS[1:], args, strict=False))
+    values.update(kwargs)
+    bound = tuple(values[n] if n in values else _DEFAULTS[n] for n in EXPECTED_PARAMS[1:])
+    return dispatch(original_fn, backend, *bound)
+
+
+def _dtype_name(tensor: Any) -> str:
+    return str(getattr(tensor, "dtype", "")).replace("torch.", "")
+
+
+def _batch_size(md: Any) -> int:
+    """Like extend_attention_fwd: the batch is what qo_indptr spans (padded under CUDA graphs)."""
+    return int(md.qo_indptr.shape[0]) - 1
+
+
+def unsupported_reason(backend, q, k, v, layer, forward_batch, sinks, score_mod, aux_tensors) -> str | None:
+    """None when the kdtree kernel can serve this call; else why the original must run.
+
+    Mirrors the branches of the 0.5.23 `forward_extend` (triton_backend.py): the dense-fp8 MHA path
+    (`use_dense_fp8_chunked_prefill`), read-back (`k is None`), DCP (`dcp_size > 1`), deterministic
+    (`enable_deterministic`), DLLM (`dllm_attention`), MHA one-shot (`forward_batch.mha_one_shot`),
+    sliding window (`layer.sliding_window_size > -1`), non-causal (`is_cross_attention`, `attn_type`),
+    logit cap (`layer.logit_cap > 0`), xai temperature (`layer.xai_temperature_len > 0`).
+    """
+    mode = forward_batch.forward_mode
+    if not mode.is_target_verify():
+        return "not target-verify"
+    if getattr(backend, "is_draft_runner", False):  # set from model_runner.is_draft_worker in __init__
+        return "draft runner"
+    if k is None or v is None:
+        return "no k/v (read-back path)"
+    if sinks is not None or score_mod is not None or aux_tensors is not None:
+        return "sinks/score_mod/aux_tensors"
+    if not getattr(backend, "use_mla", False):
+        return "not MLA"
+    if getattr(backend, "use_dense_fp8_chunked_prefill", False):
+        return "dense fp8 chunked MHA"
+    if getattr(backend, "dcp_size", 1) != 1:
+        return "decode context parallel"
+    if getattr(backend, "enable_deterministic", False):
+        return "deterministic inference"
+    if getattr(backend, "dllm_attention", None) is not None:
+        return "dllm"
+    if getattr(backend, "page_size", 1) != 1:
+        return "page_size != 1"
+    if getattr(forward_batch, "mha_one_shot", False):
+        return "mha one-shot"
+    if layer.qk_head_dim != HEAD_DIM_QK or layer.v_head_dim != HEAD_DIM_V or layer.tp_k_head_num != 1:
+        return f"not absorbed MLA {HEAD_DIM_QK}/{HEAD_DIM_V} with one KV head"
+    if (layer.logit_cap or 0) > 0:
+        return "logit cap"
+    if layer.sliding_window_size is not None and layer.sliding_window_size > -1:
+        return "sliding window"
+    attn_type = getattr(getattr(layer, "attn_type", None), "value", "decoder")
+    if layer.is_cross_attention or attn_type != "decoder":
+        return "not causal decoder attention"
+    if (getattr(layer, "xai_temperature_len", -1) or -1) > 0:
+        return "xai temperature"
+    md = backend.forward_metadata
+    if md is None or md.custom_mask is None:
+        return "no tree mask"
+    # The kernel's grid covers batch x max_extend_len rows per head (as Triton's does); a token
+    # beyond that would be left unwritten, so such a call goes to the original. Shapes only: no sync.
+    if q.shape[0] > _batch_size(md) * int(md.max_extend_len):
+        return "more tokens than batch x max_extend_len"
+    if _dtype_name(q) != "bfloat16" or _dtype_name(k) != "bfloat16" or _dtype_name(v) != "bfloat16":
+        return "q/k/v not bf16"
+    kv_dtype = _dtype_name(backend.token_to_kv_pool.get_key_buffer(layer.layer_id))
+    if kv_dtype not in ("bfloat16", "float8_e4m3fn"):
+        return f"kv cache dtype {kv_dtype}"
+    return None
+
+
+def _runtime_fallback(reason: str) -> None:
+    STATE.kernel_error = reason
+    logger.info("kdtree-verify runtime fallback: %s", reason)
+    marker.emit_runtime_fallback(reason)
+
+
+def _kernel_for(device: Any) -> Any:
+    """The loaded VerifyKernel, or None (loud line once, then the original runs for good)."""
+    with LOCK:
+        if STATE.kernel_error:
+            return None
+        if STATE.kernel is None:
+            try:
+                STATE.kernel = STATE.binding.load(STATE.lib)
+            except Exception as exc:
+                _runtime_fallback(f"cannot load {STATE.lib}: {exc}")
+                return None
+        key = str(device)
+        if key not in STATE.checked_devices:
+            try:
+                STATE.checked_devices[key] = STATE.kernel.unsupported_reason(device)
+            except Exception as exc:
+                STATE.checked_devices[key] = f"cannot check the GPU: {exc}"
+        problem = STATE.checked_devices[key]
+        if problem:
+            _runtime_fallback(f"device {key}: {problem}")
+            return None
+        return STATE.kernel
+
+
+def _write_kv_like_original(backend, layer, forward_batch, k, v) -> None:
+    """The `save_kv_cache` branch of the 0.5.23 `forward_extend`, verbatim in behaviour:
+    `KVWriteLoc.for_batch(forward_batch, swa_loc=forward_metadata.swa_out_cache_loc)`, then
+    `_set_kv_buffer` when `layer.k_scale is None`, else for MLA `set_kv_buffer(layer, loc, k/k_scale, v)`.
+    """
+    kv_write_loc = sys.modules[TARGET_MODULE].KVWriteLoc  # the name the original resolves
+    loc_info = kv_write_loc.for_batch(forward_batch, swa_loc=backend.forward_metadata.swa_out_cache_loc)
+    if layer.k_scale is None:
+        backend._set_kv_buffer(forward_batch, layer, loc_info, k, v)
+    else:  # use_mla is guaranteed by unsupported_reason
+        backend.token_to_kv_pool.set_kv_buffer(layer, loc_info, k.clone().div_(layer.k_scale), v)
+
+
+def _kernel_args(backend, q, k, v, layer, out) -> dict[str, Any]:
+    md = backend.forward_metadata
+    heads = layer.tp_q_head_num
+    kv_scale = float(layer.k_scale_float) if layer.k_scale is not None else 1.0
+    return {
+        "q": q.view(-1, heads, HEAD_DIM_QK),
+        "k_extend": k.view(-1, 1, HEAD_DIM_QK),
+        "v_extend": v.view(-1, 1, HEAD_DIM_V),
+        "kv_buffer": backend.token_to_kv_pool.get_key_buffer(layer.layer_id),
+        "qo_indptr": md.qo_indptr,
+        "kv_indptr": md.kv_indptr,
+        "kv_indices": md.kv_indices,
+        "custom_mask": md.custom_mask,
+        "mask_indptr": md.mask_indptr,
+        "batch_size": _batch_size(md),
+        "max_extend_len": int(md.max_extend_len),
+        "sm_scale": float(layer.scaling),
+        "kv_scale": kv_scale,
+        "out": out.view(-1, heads, HEAD_DIM_V),
+    }
+
+
+def dispatch(original, backend, q, k, v, layer, forward_batch, save_kv_cache, sinks, score_mod, aux_tensors):
+    """Route one forward_extend call: kdtree kernel for supported target-verify, else the original."""
+
+    def run_original():
+        return original(backend, q, k, v, layer, forward_batch, save_kv_cache, sinks, score_mod, aux_tensors)
+
+    try:
+        reason = unsupported_reason(backend, q, k, v, layer, forward_batch, sinks, score_mod, aux_tensors)
+    except Exception as exc:
+        reason = f"dispatch check failed: {type(exc).__name__}: {exc}"
+    if reason is not None:
+        STATE.count(f"original:{reason}")
+        return run_original()
+    kernel = _kernel_for(q.device)
+    if kernel is None:
+        STATE.count("original:kernel unavailable")
+        return run_original()
+    if STATE.mode == "validate":
+        return _validate(run_original, kernel, backend, q, k, v, layer)
+    # mode "on": the KV write of the original, then the kernel only.
+    if save_kv_cache:
+        _write_kv_like_original(backend, layer, forward_batch, k, v)
+    attn_out = getattr(forward_batch, "_attn_output", None)
+    out = attn_out if attn_out is not None else q.new_empty((q.shape[0], layer.tp_q_head_num * HEAD_DIM_V))
+    try:
+        kernel.run(**_kernel_args(backend, q, k, v, layer, out))
+    except Exception as exc:
+        _runtime_fallback(f"kernel call failed: {type(exc).__name__}: {exc}")
+        STATE.count("original:kernel call failed")
+        return original(backend, q, k, v, layer, forward_batch, False, sinks, score_mod, aux_tensors)
+    STATE.count("kernel")
+    return out
+
+
+def _validate(run_original, kernel, backend, q, k, v, layer):
+    from kdtree_verify.validate import ValidateStats, is_capturing
+
+    triton_out = run_original()  # writes the KV cache, as always
+    with LOCK:
+        if STATE.validate_stats is None:
+            if is_capturing(q.device):
+                STATE.count("validate:skipped (first call under CUDA graph capture)")
+                return triton_out
+            STATE.validate_stats = ValidateStats(q.device, STATE.tol)
+    stats = STATE.validate_stats
+    out = stats.scratch(q.shape[0], layer.tp_q_head_num * HEAD_DIM_V, q.dtype)
+    try:
+        kernel.run(**_kernel_args(backend, q, k, v, layer, out))
+    except Exception as exc:
+        _runtime_fallback(f"kernel call failed: {type(exc).__name__}: {exc}")
+        return triton_out
+    stats.record(out, triton_out.view(out.shape))
+    STATE.count("validate")
+    return triton_out
