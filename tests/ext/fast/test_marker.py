@@ -1,8 +1,14 @@
+"""The marker line, its contract regexes (MARKER_RE, RUNTIME_FALLBACK_RE) and the status file."""
+
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 
+from extlib import EXT_DIR
 from kdtree_verify import marker
 
 CONTRACT_REGEX = re.compile(r"^kdtree-verify: pid=(\d+) .* state=(\w+) ")
@@ -46,3 +52,84 @@ def test_escape_round_trips_backslashes_and_whitespace():
     for text in ["a b", "a\\x20b", "tab\there", "", "-x"]:
         assert marker.unescape(marker.escape(text)) == (text if text != "" else "")
         assert " " not in marker.escape(text)
+
+
+def _fields(**overrides: object) -> dict:
+    fields = {
+        "pid": 4242,
+        "ppid": 1,
+        "title": "sglang::scheduler",
+        "mode": "on",
+        "state": "active",
+        "reason": "",
+        "lib": "/opt/kdtree/current/libkdtree_verify.so",
+        "lib_sha256": "ab" * 32,
+        "sglang": "0.5.23",
+    }
+    fields.update(overrides)
+    return fields
+
+
+def test_match_marker_reads_pid_and_state_from_a_format_line_output():
+    assert marker.match_marker(marker.format_line(_fields())) == (4242, "active")
+    assert marker.match_marker(marker.format_line(_fields(state="fallback", reason="x"))) == (
+        4242,
+        "fallback",
+    )
+
+
+def test_a_title_with_spaces_is_escaped_and_the_line_still_matches():
+    line = marker.format_line(_fields(title="sglang::scheduler TP0  extra", state="off"))
+    assert "title=sglang::scheduler\\x20TP0\\x20\\x20extra " in line
+    assert marker.match_marker(line) == (4242, "off")
+    assert marker.parse_line(line)["title"] == "sglang::scheduler TP0  extra"
+
+
+def test_a_reason_that_mentions_another_state_cannot_change_the_matched_state():
+    line = marker.format_line(_fields(state="fallback", reason="was state=active before"))
+    assert marker.match_marker(line) == (4242, "fallback")
+
+
+def test_a_runtime_fallback_line_is_matched_only_by_match_runtime_fallback(capsys):
+    marker.emit("on", "active")
+    marker.emit_runtime_fallback("device cuda:0: sm_90 not in library")
+    marker_line, fallback_line = capsys.readouterr().err.strip().splitlines()
+    pid = os.getpid()
+    assert marker.match_marker(fallback_line) is None
+    assert marker.match_runtime_fallback(fallback_line) == pid
+    assert marker.match_runtime_fallback(marker_line) is None
+    assert marker.match_marker(marker_line) == (pid, "active")
+    assert marker.match_marker("some other log line") is None
+    assert marker.match_runtime_fallback("some other log line") is None
+
+
+STANDALONE = """
+import importlib.util, json, sys
+before = set(sys.modules)
+spec = importlib.util.spec_from_file_location("kdtree_marker_standalone", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+line = module.format_line({"pid": 7, "state": "active", "title": "a b"})
+new = sorted(set(sys.modules) - before - {"kdtree_marker_standalone"})
+print(json.dumps({
+    "marker": module.match_marker(line),
+    "fallback": module.match_runtime_fallback("kdtree-verify-fallback: pid=9 state=fallback reason=-"),
+    "non_stdlib": [m for m in new if m.split(".")[0] not in sys.stdlib_module_names],
+}))
+"""
+
+
+def test_marker_py_loads_standalone_by_file_path_with_the_stdlib_only():
+    """As the Ansible smoke module loads it on a host: by path, in an isolated interpreter (-I: no
+    PYTHONPATH, no user site), where `kdtree_verify` is not importable at all."""
+    path = EXT_DIR / "kdtree_verify" / "marker.py"
+    res = subprocess.run(
+        [sys.executable, "-I", "-c", STANDALONE, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd="/",
+    )
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout) == {"marker": [7, "active"], "fallback": 9, "non_stdlib": []}
