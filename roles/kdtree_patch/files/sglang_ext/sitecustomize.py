@@ -14,10 +14,9 @@ import os
 import sys
 
 KDTREE_RAN = [__file__]
-KDTREE_CHAINED = None  # path of the shadowed sitecustomize that ran, if any
 
 
-def _report(what):
+def _report(what: str) -> None:
     import traceback
 
     print(f"kdtree-verify: error in sitecustomize ({what}); Python carries on:", file=sys.stderr, flush=True)
@@ -25,19 +24,18 @@ def _report(what):
     sys.stderr.flush()
 
 
-def _install_hook():
+def _install_hook() -> None:
     from kdtree_verify import importhook
 
     importhook.install_patch_hook()
 
 
-def _chain():
+def _chain() -> None:
     """Run the next `sitecustomize.py` on sys.path after this file's directory.
 
     A plain scan and exec (no importlib.util: it would pull contextlib, functools, ... into every
     start-up). The chained file runs as a module named `sitecustomize` with its own `__file__`.
     """
-    global KDTREE_CHAINED
     here = os.path.dirname(os.path.abspath(__file__))
     for entry in sys.path:
         directory = os.path.abspath(entry or os.curdir)
@@ -52,7 +50,6 @@ def _chain():
         code = compile(fh.read(), candidate, "exec")
     module = type(sys)("sitecustomize")
     module.__file__ = candidate
-    KDTREE_CHAINED = candidate
     KDTREE_RAN.append(candidate)
     exec(code, module.__dict__)
 
