@@ -1,15 +1,33 @@
 #!/usr/bin/env bash
 # Build libkdtree_verify.so for one GPU arch with the project's one set of flags.
-#   build.sh --arch <sm_120a|sm_100a|sm_90a> --out <dir> [--nvcc <path>]
+#   build.sh --arch <arch> --out <dir> [--nvcc <path>]
 #   build.sh --print-flags --arch <arch>
+#   build.sh --arch-for-cc <cc>     the arch a compute capability such as 12.0 needs (exit 3 if none)
+#   build.sh --list-arches          the supported arches, one per line
+#   build.sh --list-map             "<cc> <arch>" per supported compute capability, one per line
+# This file is the only owner of the compute capability -> arch map (ARCH_MAP below): the build role,
+# mk/kernel.mk, scripts/gpu-check.sh and the tests ask build.sh (tests/kernel/test_arch_map.py checks that).
 # Needs only the CUDA toolkit (nvcc >= 12.8 for sm_120a/sm_100a) and a host C++ compiler; no torch.
 # The CUDA runtime is linked statically, so the library depends on libcuda (the driver) only at run time.
 set -euo pipefail
 
+# Compute capability -> nvcc arch (arch-specific "a" targets: the kernel uses their features).
+# A new GPU needs a kernel change (and its own ptxas check) anyway, so it is added here, nowhere else.
+ARCH_MAP=(
+  "12.0 sm_120a"
+  "10.0 sm_100a"
+  "9.0 sm_90a"
+)
+
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 arch="" out="" nvcc="" print_flags=0
 
-usage() { echo "usage: $0 --arch <sm_120a|sm_100a|sm_90a> (--out <dir> [--nvcc <path>] | --print-flags)" >&2; exit 2; }
+supported() { local e s=""; for e in "${ARCH_MAP[@]}"; do s+="${s:+, }${e% *} (${e#* })"; done; echo "$s"; }
+usage() {
+  local e s=""; for e in "${ARCH_MAP[@]}"; do s+="${s:+|}${e#* }"; done
+  echo "usage: $0 --arch <$s> (--out <dir> [--nvcc <path>] | --print-flags) | --arch-for-cc <cc> | --list-arches | --list-map" >&2
+  exit 2
+}
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -17,16 +35,24 @@ while [[ $# -gt 0 ]]; do
     --out) out="${2:-}"; shift 2 ;;
     --nvcc) nvcc="${2:-}"; shift 2 ;;
     --print-flags) print_flags=1; shift ;;
+    --arch-for-cc)
+      cc="${2:-}"
+      for e in "${ARCH_MAP[@]}"; do
+        if [[ "${e% *}" == "$cc" ]]; then echo "${e#* }"; exit 0; fi
+      done
+      echo "unsupported compute capability '$cc': the kernel is built for $(supported) only" >&2
+      exit 3 ;;
+    --list-arches) for e in "${ARCH_MAP[@]}"; do echo "${e#* }"; done; exit 0 ;;
+    --list-map) printf '%s\n' "${ARCH_MAP[@]}"; exit 0 ;;
     -h|--help) usage ;;
     *) echo "unknown argument: $1" >&2; usage ;;
   esac
 done
 
-case "$arch" in
-  sm_120a|sm_100a|sm_90a) ;;
-  "") echo "--arch is required" >&2; usage ;;
-  *) echo "unsupported arch '$arch' (sm_120a, sm_100a or sm_90a)" >&2; exit 2 ;;
-esac
+[[ -n "$arch" ]] || { echo "--arch is required" >&2; usage; }
+known=0
+for e in "${ARCH_MAP[@]}"; do if [[ "${e#* }" == "$arch" ]]; then known=1; fi; done
+[[ $known -eq 1 ]] || { echo "unsupported arch '$arch': the kernel is built for $(supported) only" >&2; exit 2; }
 num="${arch#sm_}"   # 90a
 
 flags=(
