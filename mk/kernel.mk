@@ -1,35 +1,39 @@
 # Kernel track: the CUDA verify-attention library (roles/kdtree_build/files/csrc), its binding's tests, benchmark, GPU check.
 .PHONY: build-kernel test-kernel test-kernel-fast kernel-venv bench-kernel gpu-check
 
-KERNEL_ARCHS := sm_120a sm_100a sm_90a
+# The supported arches come from build.sh, the one owner of the compute capability -> arch map.
+KERNEL_BUILD_SH := $(ROOT)/roles/kdtree_build/files/csrc/build.sh
+KERNEL_ARCHS := $(shell bash $(KERNEL_BUILD_SH) --list-arches)
 KERNEL_NVCC ?= $(firstword $(wildcard /usr/local/cuda-13.0/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 KERNEL_BUILD := $(ROOT)/build/kernel
 # The torch venv is the one the sglang_ext track builds (scripts/sglang-venv.sh is idempotent).
 KERNEL_VENV ?= $(ROOT)/.cache/sglang-venv
 KERNEL_PY := $(KERNEL_VENV)/bin/python
 
-# make build-kernel ARCH=sm_90a  ->  build/kernel/sm_90a/libkdtree_verify.so (+ build.log with the ptxas report)
+# make build-kernel ARCH=<one of KERNEL_ARCHS>  ->  build/kernel/<arch>/libkdtree_verify.so (+ build.log, ptxas report)
 build-kernel:
-	@test -n "$(ARCH)" || { echo "usage: make build-kernel ARCH=<sm_120a|sm_100a|sm_90a>" >&2; exit 2; }
+	@test -n "$(ARCH)" || { echo "usage: make build-kernel ARCH=<one of: $(KERNEL_ARCHS)>" >&2; exit 2; }
 	@test -n "$(KERNEL_NVCC)" || { echo "nvcc not found (install the CUDA toolkit or set KERNEL_NVCC)" >&2; exit 1; }
 	@mkdir -p $(KERNEL_BUILD)/$(ARCH)
 	@start=$$(date +%s); \
-	  bash roles/kdtree_build/files/csrc/build.sh --arch $(ARCH) --out $(KERNEL_BUILD)/$(ARCH) --nvcc $(KERNEL_NVCC) 2>&1 \
+	  bash $(KERNEL_BUILD_SH) --arch $(ARCH) --out $(KERNEL_BUILD)/$(ARCH) --nvcc $(KERNEL_NVCC) 2>&1 \
 	    | tee $(KERNEL_BUILD)/$(ARCH)/build.log; \
 	  echo "build-kernel: $(ARCH) in $$(( $$(date +%s) - start )) s"
 
 kernel-venv:
 	bash scripts/sglang-venv.sh $(KERNEL_VENV) $(PYTHON)
 
-# All three arches (no GPU needed), exported symbols, ptxas report, build.sh, probe_library, and the
-# binding's CPU-side tests (argument validation, C helper bounds, error codes); GPU tests skip here.
+# Every arch build.sh supports (no GPU needed), exported symbols, ptxas report, build.sh, probe_library,
+# the arch-map agreement, and the binding's CPU-side tests (argument validation, C helper bounds, error
+# codes); GPU tests skip here.
 test-kernel: venv kernel-venv
 	@for arch in $(KERNEL_ARCHS); do $(MAKE) --no-print-directory build-kernel ARCH=$$arch | grep -E "^build-kernel:|Used|spill"; done
 	$(KERNEL_PY) -m pytest -q -p no:cacheprovider tests/kernel
 
-# Quick subset (< 1 min, no torch): library tests for the three arches (rebuilds only if sources changed).
+# Quick subset (< 1 min, no torch): library tests for every arch (rebuilds only if sources changed) and
+# the arch-map agreement test.
 test-kernel-fast: venv
-	$(VBIN)/pytest -q -p no:cacheprovider tests/kernel/test_library.py
+	$(VBIN)/pytest -q -p no:cacheprovider tests/kernel/test_library.py tests/kernel/test_arch_map.py
 
 # GPU only: build for this GPU's arch and benchmark against SGLang's Triton kernel (out/gpu-check/).
 bench-kernel:

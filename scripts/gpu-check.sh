@@ -4,6 +4,9 @@
 # Everything goes to ${OUT:-./out}/gpu-check/: env.txt, nvidia-smi.txt, build.log (nvcc command and the
 # ptxas register/spill report), pytest-kernel.{txt,xml}, bench-kernel.{txt,json}, summary.txt.
 #   scripts/gpu-check.sh [--skip-tests] [--skip-bench] [--quick-bench]
+#   scripts/gpu-check.sh --print-arch    only detect: print the GPU's arch (stdout), write nothing; exit 3 if
+#                                        there is no GPU or build.sh has no arch for its compute capability
+# The compute capability -> arch map is build.sh's (--arch-for-cc); this script keeps no copy.
 # Environment: KDTREE_PYTHON (python with torch+CUDA; default .cache/sglang-venv or python3),
 #   KDTREE_NVCC, KDTREE_SGLANG_WHEEL (sglang wheel installed --no-deps into the output folder when
 #   sglang is not importable, for the Triton column), KDTREE_BENCH_ARGS (extra benchmark arguments),
@@ -11,35 +14,42 @@
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build_sh="$root/roles/kdtree_build/files/csrc/build.sh"
 dest="${OUT:-$root/out}/gpu-check"
-run_tests=1 run_bench=1 bench_extra=()
+run_tests=1 run_bench=1 print_arch=0 bench_extra=()
 for arg in "$@"; do
   case "$arg" in
     --skip-tests) run_tests=0 ;;
     --skip-bench) run_bench=0 ;;
     --quick-bench) bench_extra+=(--quick) ;;
+    --print-arch) print_arch=1 ;;
     *) echo "unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
-mkdir -p "$dest"
-summary="$dest/summary.txt"
-: > "$summary"
-note() { echo "$*" | tee -a "$summary"; }
+if [[ $print_arch -eq 1 ]]; then
+  summary=/dev/null
+  note() { echo "$*" >&2; }
+else
+  mkdir -p "$dest"
+  summary="$dest/summary.txt"
+  : > "$summary"
+  note() { echo "$*" | tee -a "$summary"; }
+fi
 
 # --- the GPU and its arch -------------------------------------------------------------------
 if ! command -v nvidia-smi >/dev/null 2>&1; then
   note "gpu-check: nvidia-smi not found: no NVIDIA GPU on this machine; nothing to check"
   exit 3
 fi
-nvidia-smi > "$dest/nvidia-smi.txt" 2>&1 || true
-cap="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' ')"
-name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)"
+[[ $print_arch -eq 1 ]] || timeout 60 nvidia-smi > "$dest/nvidia-smi.txt" 2>&1 || true
+cap="$(timeout 60 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' ')"
+name="$(timeout 60 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)"
 
 py="${KDTREE_PYTHON:-}"
 if [[ -z "$py" ]]; then
   if [[ -x "$root/.cache/sglang-venv/bin/python" ]]; then py="$root/.cache/sglang-venv/bin/python"; else py=python3; fi
 fi
-if ! "$py" -c 'import torch' >/dev/null 2>&1; then
+if [[ $print_arch -eq 0 ]] && ! "$py" -c 'import torch' >/dev/null 2>&1; then
   note "gpu-check: $py has no torch; building the cached venv (scripts/sglang-venv.sh)"
   if bash "$root/scripts/sglang-venv.sh" "$root/.cache/sglang-venv" >> "$dest/env.txt" 2>&1; then
     py="$root/.cache/sglang-venv/bin/python"
@@ -48,13 +58,15 @@ fi
 if [[ -z "$cap" ]]; then
   cap="$("$py" -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability())' 2>/dev/null || true)"
 fi
-case "$cap" in
-  9.0) arch=sm_90a ;;
-  10.0) arch=sm_100a ;;
-  12.0) arch=sm_120a ;;
-  *) note "gpu-check: GPU '$name' has compute capability '${cap:-?}'; the kernel is built for 9.0, 10.0, 12.0 only"; exit 3 ;;
-esac
+if ! arch="$(bash "$build_sh" --arch-for-cc "$cap" 2>&1)"; then
+  note "gpu-check: GPU '$name': ${arch:-build.sh --arch-for-cc '$cap' failed}"
+  exit 3
+fi
 note "gpu-check: GPU '$name' compute capability $cap -> $arch"
+if [[ $print_arch -eq 1 ]]; then
+  echo "$arch"
+  exit 0
+fi
 
 # sglang for the Triton column of the benchmark
 site="$dest/.sglang-site"
@@ -76,7 +88,7 @@ for cand in "$nvcc" /usr/local/cuda-13.0/bin/nvcc /usr/local/cuda/bin/nvcc "$(co
 done
 lib="$dest/build/$arch/libkdtree_verify.so"
 start=$(date +%s)
-if bash "$root/roles/kdtree_build/files/csrc/build.sh" --arch "$arch" --out "$dest/build/$arch" ${nvcc:+--nvcc "$nvcc"} \
+if bash "$build_sh" --arch "$arch" --out "$dest/build/$arch" ${nvcc:+--nvcc "$nvcc"} \
      > "$dest/build.log" 2>&1; then
   cp "$dest/build.log" "$dest/build/$arch/build.log"
   note "build: ok in $(( $(date +%s) - start )) s -> $lib"
