@@ -12,7 +12,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "roles" / "kdtree_build" / "files" / "csrc"
 BUILD_SH = CSRC / "build.sh"
-ARCHS = ("sm_120a", "sm_100a", "sm_90a")
+
+
+def _ask_build_sh(*args: str) -> list[str]:
+    """Lines build.sh prints for `args` (it is the one owner of the compute capability -> arch map)."""
+    out = subprocess.run(["bash", str(BUILD_SH), *args], capture_output=True, text=True, check=True).stdout
+    return out.splitlines()
+
+
+# compute capability ("12.0") -> arch ("sm_120a"), and the arches in build.sh's order.
+ARCH_MAP: dict[str, str] = dict(line.split() for line in _ask_build_sh("--list-map"))
+ARCHS: tuple[str, ...] = tuple(_ask_build_sh("--list-arches"))
+ANY_ARCH = ARCHS[-1]  # the arch of `any_library`
 BUILD_DIR = Path(os.environ.get("KDTREE_KERNEL_BUILD_DIR", ROOT / "build" / "kernel"))
 NVCC = os.environ.get("KDTREE_NVCC", "/usr/local/cuda-13.0/bin/nvcc")
 
@@ -41,12 +52,12 @@ def build_library(arch: str, out: Path) -> Path:
 
 @pytest.fixture(scope="session", params=ARCHS)
 def built_arch(request) -> tuple[str, Path]:
-    """(arch, library path) for each of the three arches, built into build/kernel/<arch>."""
+    """(arch, library path) for every arch build.sh supports, built into build/kernel/<arch>."""
     arch = request.param
     return arch, build_library(arch, BUILD_DIR / arch)
 
 
 @pytest.fixture(scope="session")
 def any_library() -> Path:
-    """One built library (sm_90a) for tests that only need a loadable file."""
-    return build_library("sm_90a", BUILD_DIR / "sm_90a")
+    """One built library (ANY_ARCH) for tests that only need a loadable file."""
+    return build_library(ANY_ARCH, BUILD_DIR / ANY_ARCH)

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import BUILD_DIR, build_library  # noqa: E402
+from conftest import ARCHS, BUILD_DIR, build_library  # noqa: E402
 from kdtree_verify import kernel  # noqa: E402
 from kernel_cases import CaseSpec, kernel_kwargs, make_case  # noqa: E402
 
@@ -34,7 +34,7 @@ def vk():
     if not path:
         major, minor = torch.cuda.get_device_capability()
         arch = kernel.arch_of_capability(major, minor)
-        if arch not in ("sm_90a", "sm_100a", "sm_120a"):
+        if arch not in ARCHS:
             pytest.skip(f"no build of the kernel for {arch}")
         path = str(build_library(arch, BUILD_DIR / arch))
     vk = kernel.load(path)
