@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT / "roles" / "kdtree_patch" / "files" / "sglang_ext")
 sys.path.insert(0, str(ROOT / "bench"))
 
 from kdtree_verify import kernel  # noqa: E402
-from kernel_cases import HEAD_DIM, V_DIM, random_tree_mask  # noqa: E402
+from kdtree_verify.shapes import HEAD_DIM_QK, HEAD_DIM_V  # noqa: E402
+from kernel_cases import random_tree_mask  # noqa: E402
 
 log = logging.getLogger("kernel_bench")
 
@@ -109,10 +110,10 @@ def make_inputs(batch: int, n: int, prefix: int, heads: int, kv_dtype: torch.dty
     tokens = batch * n
     pool = batch * prefix + 64
     dev = "cuda"
-    q = torch.randn((tokens, heads, HEAD_DIM), generator=gen, device=dev, dtype=torch.bfloat16)
-    k_extend = torch.randn((tokens, 1, HEAD_DIM), generator=gen, device=dev, dtype=torch.bfloat16)
-    v_extend = k_extend[..., :V_DIM]  # what SGLang's MLA path passes
-    kv = torch.randn((pool, 1, HEAD_DIM), generator=gen, device=dev, dtype=torch.bfloat16)
+    q = torch.randn((tokens, heads, HEAD_DIM_QK), generator=gen, device=dev, dtype=torch.bfloat16)
+    k_extend = torch.randn((tokens, 1, HEAD_DIM_QK), generator=gen, device=dev, dtype=torch.bfloat16)
+    v_extend = k_extend[..., :HEAD_DIM_V]  # what SGLang's MLA path passes
+    kv = torch.randn((pool, 1, HEAD_DIM_QK), generator=gen, device=dev, dtype=torch.bfloat16)
     kv_buffer = kv.to(kv_dtype) if kv_dtype != torch.bfloat16 else kv
     kv_indices = torch.randperm(pool, generator=gen, device=dev)[: batch * prefix]
     tree = random_tree_mask(n, torch.Generator().manual_seed(seed)).to(dev)
@@ -135,7 +136,7 @@ def make_inputs(batch: int, n: int, prefix: int, heads: int, kv_dtype: torch.dty
         "mask_indptr": mask_indptr,
         "batch_size": batch,
         "max_extend_len": n,
-        "sm_scale": HEAD_DIM**-0.5,
+        "sm_scale": HEAD_DIM_QK**-0.5,
         "kv_scale": 1.0,
     }
 
@@ -163,9 +164,9 @@ def time_call(fn, budget_s: float = 0.25, min_iters: int = 3, max_iters: int = 2
 def bench_shape(vk, triton_fwd, batch, n, prefix, heads, kv_dtype, peak) -> Row:
     inputs = make_inputs(batch, n, prefix, heads, kv_dtype, seed=batch * 1000 + n * 7 + prefix)
     tokens = batch * n
-    out = torch.empty((tokens, heads, V_DIM), dtype=torch.bfloat16, device="cuda")
+    out = torch.empty((tokens, heads, HEAD_DIM_V), dtype=torch.bfloat16, device="cuda")
     kernel_us = time_call(lambda: vk.run(**inputs, out=out))
-    kv_bytes = batch * prefix * HEAD_DIM * inputs["kv_buffer"].element_size()
+    kv_bytes = batch * prefix * HEAD_DIM_QK * inputs["kv_buffer"].element_size()
     kv_gbps = kv_bytes / (kernel_us * 1e-6) / 1e9
     splits = int(
         vk.lib.kdtree_verify_num_splits(
@@ -188,7 +189,7 @@ def bench_shape(vk, triton_fwd, batch, n, prefix, heads, kv_dtype, peak) -> Row:
                 inputs["v_extend"],
                 o_triton,
                 kvb,
-                kvb[..., :V_DIM],
+                kvb[..., :HEAD_DIM_V],
                 inputs["qo_indptr"],
                 inputs["kv_indptr"],
                 inputs["kv_indices"],
@@ -312,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     for batch in batches:
         for n in ns:
             for prefix in prefixes:
-                pool_gb = (batch * prefix + 64) * HEAD_DIM * (1 if args.kv_dtype == "fp8" else 2) / 1e9
+                pool_gb = (batch * prefix + 64) * HEAD_DIM_QK * (1 if args.kv_dtype == "fp8" else 2) / 1e9
                 if pool_gb > args.max_pool_gb:
                     print(f"{batch:>5} {n:>3} {prefix:>7}  skipped: KV pool {pool_gb:.1f} GB > --max-pool-gb")
                     continue

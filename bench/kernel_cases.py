@@ -13,9 +13,7 @@ from typing import Any
 
 import torch
 from kdtree_verify.reference import tree_mask
-
-HEAD_DIM = 576
-V_DIM = 512
+from kdtree_verify.shapes import HEAD_DIM_QK, HEAD_DIM_V
 
 
 @dataclass
@@ -48,10 +46,10 @@ def make_case(spec: CaseSpec, device: str | torch.device) -> dict[str, Any]:
     pool = total_prefix + spec.pool_slack
     heads = spec.heads
 
-    q = torch.randn((total_tokens, heads, HEAD_DIM), generator=gen).to(torch.bfloat16)
-    k_extend = torch.randn((total_tokens, 1, HEAD_DIM), generator=gen).to(torch.bfloat16)
-    v_extend = torch.randn((total_tokens, 1, V_DIM), generator=gen).to(torch.bfloat16)
-    kv = torch.randn((pool, 1, HEAD_DIM), generator=gen)
+    q = torch.randn((total_tokens, heads, HEAD_DIM_QK), generator=gen).to(torch.bfloat16)
+    k_extend = torch.randn((total_tokens, 1, HEAD_DIM_QK), generator=gen).to(torch.bfloat16)
+    v_extend = torch.randn((total_tokens, 1, HEAD_DIM_V), generator=gen).to(torch.bfloat16)
+    kv = torch.randn((pool, 1, HEAD_DIM_QK), generator=gen)
     if spec.kv_dtype == torch.float8_e4m3fn:
         kv_buffer = (kv / spec.kv_scale).to(torch.float8_e4m3fn)
     else:
@@ -84,7 +82,7 @@ def make_case(spec: CaseSpec, device: str | torch.device) -> dict[str, Any]:
         "custom_mask": custom_mask,
         "mask_indptr": torch.tensor(mp, dtype=spec.index_dtype),
         "batch_size": batch,
-        "sm_scale": HEAD_DIM**-0.5,
+        "sm_scale": HEAD_DIM_QK**-0.5,
         "kv_scale": spec.kv_scale,
     }
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in args.items()}

@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 
 from conftest import ANY_ARCH  # noqa: E402
 from kdtree_verify import kernel  # noqa: E402
+from kdtree_verify.shapes import HEAD_DIM_QK, HEAD_DIM_V  # noqa: E402
 from kernel_cases import CaseSpec, make_case  # noqa: E402
 
 
@@ -23,7 +24,7 @@ def vk(any_library):
 @pytest.fixture
 def good():
     case = make_case(CaseSpec(prefix_lens=[5, 0, 33], ns=[4, 4, 4], heads=8), "cpu")
-    out = torch.empty((12, 8, 512), dtype=torch.bfloat16)
+    out = torch.empty((12, 8, HEAD_DIM_V), dtype=torch.bfloat16)
     return {**case, "out": out, "max_extend_len": 4}
 
 
@@ -88,15 +89,15 @@ def test_validate_accepts_graph_sized_buffers_larger_than_the_batch(good):
 
 def test_validate_accepts_v_extend_as_a_view_of_k_extend(good):
     variant = dict(good)
-    variant["v_extend"] = good["k_extend"][..., :512]
+    variant["v_extend"] = good["k_extend"][..., :HEAD_DIM_V]
     _validate(variant)
 
 
 BAD_CASES = {
-    "q without the 576 dim": (lambda a: {"q": a["q"][..., :512]}, "q must be"),
+    "q without the rope dims": (lambda a: {"q": a["q"][..., :HEAD_DIM_V]}, "q must be"),
     "q in float16": (lambda a: {"q": a["q"].half()}, "q must be bfloat16"),
     "k_extend in float32": (lambda a: {"k_extend": a["k_extend"].float()}, "k_extend must be bfloat16"),
-    "v_extend with 576 dims": (lambda a: {"v_extend": a["k_extend"]}, "v_extend must be"),
+    "v_extend with the q/k dims": (lambda a: {"v_extend": a["k_extend"]}, "v_extend must be"),
     "kv cache in float16": (lambda a: {"kv_buffer": a["kv_buffer"].half()}, "kv_buffer must be bfloat16 or"),
     "kv cache with two heads": (lambda a: {"kv_buffer": a["kv_buffer"].repeat(1, 2, 1)}, "kv_buffer must be"),
     "out with the wrong head count": (lambda a: {"out": a["out"][:, :4]}, "out must be"),
@@ -116,7 +117,7 @@ BAD_CASES = {
         "q must be 16-byte aligned",
     ),
     "q head stride not a multiple of 16 bytes": (
-        lambda a: {"q": torch.empty(12, 8, 580, dtype=torch.bfloat16)[..., :576]},
+        lambda a: {"q": torch.empty(12, 8, HEAD_DIM_QK + 4, dtype=torch.bfloat16)[..., :HEAD_DIM_QK]},
         "q row strides must be multiples of 16 bytes",
     ),
     "negative max_extend_len": (lambda a: {"max_extend_len": -1}, "max_extend_len must be >= 0"),

@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 
 from conftest import ARCHS, BUILD_DIR, build_library  # noqa: E402
 from kdtree_verify import kernel  # noqa: E402
+from kdtree_verify.shapes import HEAD_DIM_QK, HEAD_DIM_V  # noqa: E402
 from kernel_cases import CaseSpec, kernel_kwargs, make_case  # noqa: E402
 
 pytestmark = [
@@ -56,7 +57,7 @@ def _check(vk, spec: CaseSpec, *, max_extend_len: int | None = None, extra_rows:
             t = case[name]
             case[name] = torch.cat([t, torch.randn_like(t[:1].float()).to(t.dtype).repeat(extra_rows, 1, 1)])
     tokens, heads = case["q"].shape[:2]
-    out = torch.full((tokens, heads, 512), SENTINEL, dtype=torch.bfloat16, device="cuda")
+    out = torch.full((tokens, heads, HEAD_DIM_V), SENTINEL, dtype=torch.bfloat16, device="cuda")
     vk.run(**kernel_kwargs(case, out, max_extend_len or max(spec.ns)))
     torch.cuda.synchronize()
     valid = sum(spec.ns)
@@ -158,27 +159,32 @@ def test_strided_views_of_larger_buffers(vk):
     spec = CaseSpec(prefix_lens=[33, 2048], ns=[4, 4], heads=8, seed=31)
     case = make_case(spec, "cuda")
     tokens, heads = case["q"].shape[:2]
-    q_big = torch.zeros((tokens, heads, 640), dtype=torch.bfloat16, device="cuda")
-    q_big[..., :576] = case["q"]
-    k_big = torch.zeros((tokens, 1, 640), dtype=torch.bfloat16, device="cuda")
-    k_big[..., :576] = case["k_extend"]
+    q_big = torch.zeros((tokens, heads, HEAD_DIM_QK + 64), dtype=torch.bfloat16, device="cuda")
+    q_big[..., :HEAD_DIM_QK] = case["q"]
+    k_big = torch.zeros((tokens, 1, HEAD_DIM_QK + 64), dtype=torch.bfloat16, device="cuda")
+    k_big[..., :HEAD_DIM_QK] = case["k_extend"]
     pool = case["kv_buffer"]
-    pool_big = torch.zeros((pool.shape[0], 1, 704), dtype=pool.dtype, device="cuda")
-    pool_big[..., :576] = pool
-    out_big = torch.full((tokens, heads, 520), SENTINEL, dtype=torch.bfloat16, device="cuda")
-    strided = {**case, "q": q_big[..., :576], "k_extend": k_big[..., :576], "kv_buffer": pool_big[..., :576]}
-    vk.run(**kernel_kwargs(strided, out_big[..., :512], 4))
+    pool_big = torch.zeros((pool.shape[0], 1, HEAD_DIM_QK + 128), dtype=pool.dtype, device="cuda")
+    pool_big[..., :HEAD_DIM_QK] = pool
+    out_big = torch.full((tokens, heads, HEAD_DIM_V + 8), SENTINEL, dtype=torch.bfloat16, device="cuda")
+    strided = {
+        **case,
+        "q": q_big[..., :HEAD_DIM_QK],
+        "k_extend": k_big[..., :HEAD_DIM_QK],
+        "kv_buffer": pool_big[..., :HEAD_DIM_QK],
+    }
+    vk.run(**kernel_kwargs(strided, out_big[..., :HEAD_DIM_V], 4))
     torch.cuda.synchronize()
     ref = _reference(case)
-    assert torch.allclose(out_big[..., :512].float(), ref, atol=ATOL, rtol=RTOL)
-    assert bool((out_big[..., 512:].float() == SENTINEL).all())
+    assert torch.allclose(out_big[..., :HEAD_DIM_V].float(), ref, atol=ATOL, rtol=RTOL)
+    assert bool((out_big[..., HEAD_DIM_V:].float() == SENTINEL).all())
 
 
-def test_v_extend_may_differ_from_the_first_512_dims_of_k_extend(vk):
+def test_v_extend_may_differ_from_the_latent_dims_of_k_extend(vk):
     spec = CaseSpec(prefix_lens=[40], ns=[16], heads=8, seed=41)
     case = make_case(spec, "cuda")
-    assert not torch.equal(case["v_extend"], case["k_extend"][..., :512])
-    out = torch.empty((16, 8, 512), dtype=torch.bfloat16, device="cuda")
+    assert not torch.equal(case["v_extend"], case["k_extend"][..., :HEAD_DIM_V])
+    out = torch.empty((16, 8, HEAD_DIM_V), dtype=torch.bfloat16, device="cuda")
     vk.run(**kernel_kwargs(case, out, 16))
     torch.cuda.synchronize()
     assert torch.allclose(out.float(), _reference(case), atol=ATOL, rtol=RTOL)
@@ -188,7 +194,7 @@ def test_a_draft_row_that_sees_nothing_outputs_zeros_like_the_reference(vk):
     spec = CaseSpec(prefix_lens=[0], ns=[4], heads=8, seed=51)
     case = make_case(spec, "cuda")
     case["custom_mask"][0:4] = False  # row 0 of the only request sees no key at all
-    out = torch.full((4, 8, 512), SENTINEL, dtype=torch.bfloat16, device="cuda")
+    out = torch.full((4, 8, HEAD_DIM_V), SENTINEL, dtype=torch.bfloat16, device="cuda")
     vk.run(**kernel_kwargs(case, out, 4))
     torch.cuda.synchronize()
     ref = _reference(case)
@@ -199,7 +205,7 @@ def test_a_draft_row_that_sees_nothing_outputs_zeros_like_the_reference(vk):
 def test_the_tree_mask_is_applied(vk):
     spec = CaseSpec(prefix_lens=[8], ns=[16], heads=8, seed=61)
     case = make_case(spec, "cuda")
-    out = torch.empty((16, 8, 512), dtype=torch.bfloat16, device="cuda")
+    out = torch.empty((16, 8, HEAD_DIM_V), dtype=torch.bfloat16, device="cuda")
     vk.run(**kernel_kwargs(case, out, 16))
     unmasked = dict(case)
     unmasked["custom_mask"] = torch.ones_like(case["custom_mask"])
@@ -226,9 +232,9 @@ def test_replayed_cuda_graph_follows_new_lengths_and_data(vk):
         "cuda",
     )
     static = {
-        "q": torch.zeros((cap_tokens, heads, 576), dtype=torch.bfloat16, device="cuda"),
-        "k_extend": torch.zeros((cap_tokens, 1, 576), dtype=torch.bfloat16, device="cuda"),
-        "v_extend": torch.zeros((cap_tokens, 1, 512), dtype=torch.bfloat16, device="cuda"),
+        "q": torch.zeros((cap_tokens, heads, HEAD_DIM_QK), dtype=torch.bfloat16, device="cuda"),
+        "k_extend": torch.zeros((cap_tokens, 1, HEAD_DIM_QK), dtype=torch.bfloat16, device="cuda"),
+        "v_extend": torch.zeros((cap_tokens, 1, HEAD_DIM_V), dtype=torch.bfloat16, device="cuda"),
         "kv_buffer": first["kv_buffer"].clone(),
         "qo_indptr": torch.zeros(batch + 1, dtype=torch.int64, device="cuda"),
         "kv_indptr": torch.zeros(batch + 1, dtype=torch.int64, device="cuda"),
@@ -236,7 +242,7 @@ def test_replayed_cuda_graph_follows_new_lengths_and_data(vk):
         "custom_mask": torch.zeros(cap_mask, dtype=torch.uint8, device="cuda"),
         "mask_indptr": torch.zeros(batch + 1, dtype=torch.int64, device="cuda"),
     }
-    out = torch.zeros((cap_tokens, heads, 512), dtype=torch.bfloat16, device="cuda")
+    out = torch.zeros((cap_tokens, heads, HEAD_DIM_V), dtype=torch.bfloat16, device="cuda")
 
     def load(case):
         for name, buf in static.items():
@@ -246,7 +252,9 @@ def test_replayed_cuda_graph_follows_new_lengths_and_data(vk):
             buf[: src.shape[0]].copy_(src)
 
     def call():
-        vk.run(**static, out=out, batch_size=batch, max_extend_len=n, sm_scale=576**-0.5, kv_scale=1.0)
+        vk.run(
+            **static, out=out, batch_size=batch, max_extend_len=n, sm_scale=HEAD_DIM_QK**-0.5, kv_scale=1.0
+        )
 
     load(first)
     call()  # eager warm-up (prepares the device, as SGLang's graph runner does before capturing)
