@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Build (once) the venv that runs the real sglang==0.5.23 wheel on a machine without a GPU:
-# torch/torchvision from local disk, sglang with --no-deps, plus the import-time needs listed in
-# shared/reference/sglang-0.5.23.md. A stamp holding the hash of this script makes a second run a
-# no-op; change the script and the venv is rebuilt.
+# torch/torchvision from local disk, sglang with --no-deps, plus the packages the wheel needs at
+# import time (listed below; the import check at the end fails when one is missing). The SGLang
+# 0.5.23 facts the patch relies on (the forward_extend signature, spawned schedulers, the plugin
+# hook) are summarised in roles/kdtree_patch/files/sglang_ext/README.md.
+# A stamp holding the hash of this script makes a second run a no-op; change the script and the
+# venv is rebuilt.
 # Usage: scripts/sglang-venv.sh <venv-dir> [python]
 set -euo pipefail
 
