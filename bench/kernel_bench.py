@@ -5,7 +5,7 @@ kernel time, the KV-read bandwidth it achieves (each prefix KV byte counted once
 GPU's peak HBM bandwidth, Triton's time on the same inputs in the same run, the speedup, and the max
 difference between the two outputs. Ends with the issue's goals, each PASS/FAIL.
 
-    python bench/kernel_bench.py --lib build/kernel/sm_90a/libkdtree_verify.so [--quick] [--json out.json]
+    python bench/kernel_bench.py --lib build/kernel/<arch>/libkdtree_verify.so [--quick] [--json out.json]
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ def test_build_sh_arch_for_cc(cc):
     assert set(ARCH_TOKEN.findall(flags.stdout)) == {ARCH_MAP[cc]}
 
 
-@pytest.mark.parametrize("cc", [UNSUPPORTED_CC, "12", "", "sm_120a"])
+@pytest.mark.parametrize("cc", [UNSUPPORTED_CC, "12", "", ARCHS[0]])
 def test_build_sh_refuses_an_unknown_cc_naming_the_supported_ones(cc):
     proc = _build_sh("--arch-for-cc", cc)
     assert proc.returncode == 3

@@ -44,7 +44,7 @@ def test_load_rejects_a_library_missing_any_launch_symbol(tmp_path):
     src = tmp_path / "fake.c"
     src.write_text(
         f"int kdtree_verify_abi_version(void) {{ return {kernel.ABI_VERSION}; }}\n"
-        'const char* kdtree_verify_build_info(void) { return "archs=sm_90a"; }\n'
+        f'const char* kdtree_verify_build_info(void) {{ return "archs={ANY_ARCH}"; }}\n'
         "int kdtree_verify_run(void) { return 0; }\n"
         "int kdtree_verify_prepare(void) { return 0; }\n"
         "int kdtree_verify_num_splits(void) { return 1; }\n"

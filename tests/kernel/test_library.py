@@ -152,7 +152,7 @@ def test_probe_rejects_an_abi_mismatch(tmp_path):
     lib = _compile_c(
         tmp_path,
         "int kdtree_verify_abi_version(void) { return 999; }\n"
-        'const char* kdtree_verify_build_info(void) { return "archs=sm_90a"; }\n',
+        f'const char* kdtree_verify_build_info(void) {{ return "archs={ARCHS[0]}"; }}\n',
     )
     with pytest.raises(kernel.KernelUnavailable, match="ABI mismatch: library has 999"):
         kernel.probe_library(str(lib))
