@@ -110,9 +110,9 @@ def test_production_nccl_defaults_are_the_documented_pcie_blackwell_set():
     assert group_vars["kdtree_service_tp_size"] == 8
     assert group_vars["kdtree_service_nccl_env"]["NCCL_P2P_LEVEL"] == "SYS"
     assert group_vars["kdtree_service_nccl_env"]["NCCL_ALGO"] == "Ring"
-    doc = (ROOT / "docs" / "fleet.md").read_text(encoding="utf-8")
+    doc = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
     for key in group_vars["kdtree_service_nccl_env"]:
-        assert key in doc, f"{key} is not explained in docs/fleet.md"
+        assert key in doc, f"{key} is not explained in docs/operations.md"
 
 
 def _unsafe_regex(path: str) -> re.Pattern[str]:
