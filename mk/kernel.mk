@@ -1,14 +1,13 @@
 # Kernel track: the CUDA verify-attention library (roles/kdtree_build/files/csrc), its binding's tests, benchmark, GPU check.
-.PHONY: build-kernel test-kernel test-kernel-fast kernel-venv bench-kernel gpu-check
+.PHONY: build-kernel test-kernel test-kernel-fast bench-kernel gpu-check
 
 # The supported arches come from build.sh, the one owner of the compute capability -> arch map.
 KERNEL_BUILD_SH := $(ROOT)/roles/kdtree_build/files/csrc/build.sh
 KERNEL_ARCHS := $(shell bash $(KERNEL_BUILD_SH) --list-arches)
 KERNEL_NVCC ?= $(firstword $(wildcard /usr/local/cuda-13.0/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 KERNEL_BUILD := $(ROOT)/build/kernel
-# The torch venv is the one the sglang_ext track builds (scripts/sglang-venv.sh is idempotent).
-KERNEL_VENV ?= $(ROOT)/.cache/sglang-venv
-KERNEL_PY := $(KERNEL_VENV)/bin/python
+# The torch venv is the one venv recipe of the project: mk/ext.mk's sglang-venv (scripts/sglang-venv.sh).
+KERNEL_PY := $(SGLANG_VENV)/bin/python
 
 # make build-kernel ARCH=<one of KERNEL_ARCHS>  ->  build/kernel/<arch>/libkdtree_verify.so (+ build.log, ptxas report)
 build-kernel:
@@ -20,13 +19,10 @@ build-kernel:
 	    | tee $(KERNEL_BUILD)/$(ARCH)/build.log; \
 	  echo "build-kernel: $(ARCH) in $$(( $$(date +%s) - start )) s"
 
-kernel-venv:
-	bash scripts/sglang-venv.sh $(KERNEL_VENV) $(PYTHON)
-
 # Every arch build.sh supports (no GPU needed), exported symbols, ptxas report, build.sh, probe_library,
 # the arch-map agreement, and the binding's CPU-side tests (argument validation, C helper bounds, error
 # codes); GPU tests skip here.
-test-kernel: venv kernel-venv
+test-kernel: venv sglang-venv
 	@for arch in $(KERNEL_ARCHS); do $(MAKE) --no-print-directory build-kernel ARCH=$$arch | grep -E "^build-kernel:|Used|spill"; done
 	$(KERNEL_PY) -m pytest -q -p no:cacheprovider tests/kernel
 
