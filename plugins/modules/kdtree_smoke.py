@@ -4,89 +4,371 @@
 The kdtree_smoke action plugin calls this module in chunks of a few seconds and prints progress
 between chunks, so a 900 s model load shows progress while a crash is still reported within a
 poll interval (0.25 s) of its traceback reaching the journal.
+
+Layout: read_host() (module_utils/smoke_host.py) is the only code that reads the host and returns a
+plain-data Snapshot; judge(snapshot, wanted) decides ok / pending / failed from it without any I/O;
+watch() polls read_host and judge for one chunk; execute() is the whole module call; main() only
+wraps execute() in AnsibleModule.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import subprocess
-import time
-import urllib.error
-import urllib.request
-
-from ansible.module_utils.basic import AnsibleModule
+# Ansible's module layout: DOCUMENTATION, EXAMPLES and RETURN come before the imports.
+# ruff: noqa: E402
 
 DOCUMENTATION = r"""
 module: kdtree_smoke
-short_description: Restart a SGLang unit and watch its current run until healthy or failed
+short_description: Restart a SGLang unit and watch its current run until it is healthy or has failed
+version_added: 0.2.0
 description:
-  - Reads only the journal lines of the unit's current invocation (_SYSTEMD_INVOCATION_ID) and the
-    unit state; fails at once on a Python traceback, "Scheduler hit an exception", a failed unit or a
-    restart; succeeds only when /health answers 200, the scheduler processes of the unit's cgroup
-    carry the kdtree-verify marker with the wanted state, and their environment holds the NCCL values.
-options:
-  unit: {type: str, required: true, description: Unit name without .service.}
-  restart: {type: bool, default: false, description: Restart the unit first and watch the new run.}
-  invocation_id: {type: str, default: "", description: Run to keep watching (from a previous chunk).}
-  baseline_nrestarts: {type: int, default: 0, description: NRestarts right after the restart.}
-  started_at: {type: float, default: 0, description: Epoch seconds of the restart.}
-  chunk_s: {type: float, default: 10, description: Return after this long with state=pending.}
-  timeout_s: {type: float, default: 900, description: Total time allowed since the restart.}
-  poll_s: {type: float, default: 0.25, description: Poll interval.}
-  settle_s: {type: float, default: 3, description: Healthy state must hold this long before success.}
-  health_url: {type: str, required: true, description: Health endpoint.}
-  expected_schedulers: {type: int, default: 0, description: Scheduler count wanted (0 means at least one).}
-  scheduler_prefix: {type: str, default: "sglang::scheduler", description: Process title prefix.}
-  marker_state: {type: str, default: active, description: Wanted marker state; empty skips the marker check.}
-  nccl_env: {type: dict, default: {}, description: Variables every scheduler's environ must hold.}
-  fail_on_error: {type: bool, default: true, description: Fail the task on an unhealthy run (action plugin).}
+  - Restarts a systemd unit running SGLang (optionally) and watches that one run, following only the
+    journal lines of the run (C(_SYSTEMD_INVOCATION_ID)) and the unit state.
+  - Fails at once when the run logs "Traceback (most recent call last)", "Scheduler hit an exception"
+    or "Error in sitecustomize", when the unit restarts (new InvocationID or a higher NRestarts) or
+    when the unit is no longer active; the message carries the traceback.
+  - Succeeds only when the health endpoint answers 200, the wanted number of scheduler processes runs
+    in the unit's cgroup, every scheduler printed the kdtree-verify marker with the wanted state (and,
+    for C(active), no runtime fallback line), every scheduler's C(/proc/PID/environ) holds O(nccl_env),
+    and all of that held for O(settle_s) seconds.
+  - Marker lines are parsed with the host's installed C(<patch_dir>/kdtree_verify/marker.py), the same
+    file the schedulers print them with (the collection ships it in the kdtree_patch role,
+    C(files/sglang_ext/kdtree_verify/marker.py); docs/CONTRACTS.md section 3 describes the line).
+  - Each call watches for at most O(chunk_s) seconds and then returns O(state=pending) with O(run); the
+    module's action plugin calls it again with that O(run) until the state is V(ok) or V(failed) and
+    prints a progress line between calls.
 author: kdtree-fleet
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
+attributes:
+  check_mode:
+    support: partial
+    details: In check mode nothing is restarted or read; the module returns RV(state=ok) and
+      RV(changed) true when O(restart) is set, so a check run shows the restart that would happen.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+    details: Linux hosts with systemd and /proc.
+  action:
+    support: full
+    details: The action plugin runs the module in chunks, prints progress and applies O(fail_on_error).
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+options:
+  unit:
+    description: Unit name without C(.service).
+    type: str
+    required: true
+  restart:
+    description:
+      - Restart the unit first and watch the new run.
+      - V(false) watches the run the unit has now (or the one in O(run)).
+    type: bool
+    default: false
+  restart_timeout_s:
+    description: Seconds C(systemctl restart) may take before the module fails.
+    type: float
+    default: 300
+  run:
+    description:
+      - The run being watched, as the previous chunk returned it in RV(run).
+      - Left empty on the first call; the action plugin passes it between chunks.
+    type: dict
+    default: {}
+    suboptions:
+      invocation_id:
+        description: InvocationID of the watched run; empty takes the unit's current run.
+        type: str
+        default: ""
+      baseline_nrestarts:
+        description: NRestarts of the unit right after the restart; a higher value is a restart.
+        type: int
+        default: 0
+      started_at:
+        description: Epoch seconds of the restart; O(timeout_s) counts from here.
+        type: float
+        default: 0
+      healthy_since:
+        description: Epoch seconds since which the run has been healthy (for O(settle_s) across chunks).
+        type: float
+  chunk_s:
+    description: Return after this many seconds with RV(state=pending).
+    type: float
+    default: 10
+  timeout_s:
+    description: Seconds from the restart within which the run must be healthy.
+    type: float
+    default: 900
+  poll_s:
+    description: Seconds between two looks at the host.
+    type: float
+    default: 0.25
+  settle_s:
+    description: Seconds the healthy state must hold before the module reports success.
+    type: float
+    default: 3
+  health_url:
+    description: Health endpoint of the server; success needs HTTP 200.
+    type: str
+    required: true
+  expected_schedulers:
+    description: Number of scheduler processes wanted (the TP size); V(0) means at least one.
+    type: int
+    default: 0
+  scheduler_prefix:
+    description: Process title prefix of the scheduler processes.
+    type: str
+    default: "sglang::scheduler"
+  marker_state:
+    description:
+      - Marker state every scheduler must report (V(active), V(off)).
+      - Empty skips the marker check (a rollback to the stock unit); then O(patch_dir) is not needed.
+    type: str
+    default: active
+  patch_dir:
+    description:
+      - Installed patch directory on the host (the one on the unit's PYTHONPATH, for example
+        C(/opt/kdtree/sglang_ext)); its C(kdtree_verify/marker.py) parses the marker lines.
+      - Required when O(marker_state) is not empty; a missing or unloadable marker.py fails the module
+        before anything is restarted.
+    type: path
+    default: ""
+  nccl_env:
+    description: Variables and values every scheduler's C(/proc/PID/environ) must hold.
+    type: dict
+    default: {}
+  fail_on_error:
+    description:
+      - Fail the task when the run is unhealthy (RV(state=failed)).
+      - V(false) returns RV(state=failed) without failing, for a caller that decides itself.
+      - Applied by the action plugin.
+    type: bool
+    default: true
+notes:
+  - The scheduler's environment is only readable when the unit sets C(SPT_NOENV=1); setproctitle
+    overwrites C(/proc/PID/environ) otherwise.
+"""
+
+EXAMPLES = r"""
+- name: Restart SGLang and wait until every scheduler runs the patched kernel
+  kdtree.fleet.kdtree_smoke:
+    unit: sglang
+    restart: true
+    health_url: http://127.0.0.1:30000/health
+    expected_schedulers: 8
+    marker_state: active
+    patch_dir: /opt/kdtree/sglang_ext
+    nccl_env:
+      NCCL_P2P_LEVEL: SYS
+      NCCL_ALGO: Ring
+  register: smoke
+
+- name: Restart the stock unit and report its health without failing
+  kdtree.fleet.kdtree_smoke:
+    unit: sglang
+    restart: true
+    health_url: http://127.0.0.1:30000/health
+    marker_state: ""
+    fail_on_error: false
+  register: stock
+
+- name: Show why the stock unit is unhealthy
+  ansible.builtin.debug:
+    msg: "{{ stock.msg }}"
+  when: stock.state != 'ok'
 """
 
 RETURN = r"""
-state: {description: ok, pending or failed, type: str, returned: always}
+state:
+  description: V(ok) (healthy and settled), V(pending) (chunk over, still waiting) or V(failed).
+  type: str
+  returned: always
+  sample: ok
+msg:
+  description: One-line outcome; for a failure the reason, the time since the restart and the detail.
+  type: str
+  returned: always
+  sample: "healthy after 41.3 s (held 3 s):  41.3s health=200 schedulers=2/2 markers(active)=2/2"
+why:
+  description: Why the run failed, without the detail; empty unless RV(state=failed).
+  type: str
+  returned: always
+  sample: the current run logged a fatal error
+detail:
+  description: The traceback (from two lines before it) or the last journal lines of the run, or the
+    marker line that failed; empty unless RV(state=failed).
+  type: str
+  returned: always
+  sample: "Traceback (most recent call last):\n  ...\nRuntimeError: boom"
+health:
+  description: The health endpoint's status code, C(refused), or C(down) with the reason, at the last look.
+  type: str
+  returned: always
+  sample: "200"
+schedulers:
+  description: The scheduler processes of the unit's cgroup at the last look.
+  type: list
+  elements: dict
+  returned: always
+  contains:
+    pid:
+      description: Process id.
+      type: int
+      sample: 4242
+    title:
+      description: Process title (first word).
+      type: str
+      sample: sglang::scheduler_TP0
+    marker:
+      description: State of the process's marker line, V(none) before it printed one.
+      type: str
+      sample: active
+    nccl_env_ok:
+      description: Whether its environment holds every O(nccl_env) value.
+      type: bool
+      sample: true
+progress:
+  description: Elapsed time, health, scheduler count and marked schedulers, as one progress line.
+  type: str
+  returned: always
+  sample: " 12.0s health=refused schedulers=2/2 markers(active)=0/2"
+elapsed_s:
+  description: Seconds since the restart at the last look.
+  type: float
+  returned: always
+  sample: 41.27
+run:
+  description: The watched run; pass it back as O(run) to keep watching it.
+  type: dict
+  returned: always
+  contains:
+    invocation_id:
+      description: InvocationID of the watched run.
+      type: str
+      sample: 0123456789abcdef0123456789abcdef
+    baseline_nrestarts:
+      description: NRestarts right after the restart.
+      type: int
+      sample: 0
+    started_at:
+      description: Epoch seconds of the restart.
+      type: float
+      sample: 1764490000.5
+    healthy_since:
+      description: Epoch seconds since which the run has been healthy, null while it is not.
+      type: float
+      sample: null
+changed:
+  description: Whether this call restarted the unit.
+  type: bool
+  returned: always
+  sample: true
 """
 
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kdtree.fleet.plugins.module_utils.smoke_host import (
+    HostError,
+    MarkerError,
+    Query,
+    Snapshot,
+    load_marker,
+    read_host,
+    restart_unit,
+)
+from ansible_collections.kdtree.fleet.plugins.module_utils.smoke_run import RUN_SUBOPTIONS, RunState
+
+ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    "unit": {"type": "str", "required": True},
+    "restart": {"type": "bool", "default": False},
+    "restart_timeout_s": {"type": "float", "default": 300.0},
+    "run": {"type": "dict", "default": {}, "options": RUN_SUBOPTIONS, "apply_defaults": True},
+    "chunk_s": {"type": "float", "default": 10.0},
+    "timeout_s": {"type": "float", "default": 900.0},
+    "poll_s": {"type": "float", "default": 0.25},
+    "settle_s": {"type": "float", "default": 3.0},
+    "health_url": {"type": "str", "required": True},
+    "expected_schedulers": {"type": "int", "default": 0},
+    "scheduler_prefix": {"type": "str", "default": "sglang::scheduler"},
+    "marker_state": {"type": "str", "default": "active"},
+    "patch_dir": {"type": "path", "default": ""},
+    "nccl_env": {"type": "dict", "default": {}},
+    # applied by the action plugin; part of the spec so that ansible-doc and validation know it
+    "fail_on_error": {"type": "bool", "default": True},
+}
 FATAL_PATTERNS = (
     "Traceback (most recent call last)",
     "Scheduler hit an exception",
     "Error in sitecustomize",
 )
-MARKER_RE = re.compile(r"^kdtree-verify: pid=(\d+) .* state=(\w+) ")
-# A process whose patch was active and then gave up at run time (library load, unsupported GPU,
-# kernel error: roles/kdtree_patch/files/sglang_ext/kdtree_verify/marker.py) prints this second line; Triton then
-# serves its verify calls, so the kernel does not run in that scheduler.
-RUNTIME_FALLBACK_RE = re.compile(r"^kdtree-verify-fallback: pid=(\d+) ")
-SHOW_PROPS = "ActiveState,SubState,Result,NRestarts,InvocationID,ExecMainStatus,MainPID,ControlGroup"
+LIVE_STATES = ("active", "activating", "reloading")
 TRACEBACK_LINES = 80
+TAIL_LINES = 30
+# After a fatal line: let the rest of the traceback reach the journal before quoting it.
+FATAL_GRACE_S = 0.3
+# After a restart or a dead unit: the dying process's traceback may reach the journal later.
+JOURNAL_RETRIES = 5
+JOURNAL_RETRY_S = 0.2
+# The keys of every result (RETURN documents exactly these).
+RESULT_KEYS = (
+    "state",
+    "msg",
+    "why",
+    "detail",
+    "health",
+    "schedulers",
+    "progress",
+    "elapsed_s",
+    "run",
+    "changed",
+)
 
 
-def systemctl_show(unit: str) -> dict[str, str]:
-    out = subprocess.run(
-        ["systemctl", "show", "-p", SHOW_PROPS, f"{unit}.service"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    props = {}
-    for line in out.splitlines():
-        key, _, value = line.partition("=")
-        props[key] = value
-    return props
+class SmokeError(Exception):
+    """The check cannot run (configuration, restart): the module fails, whatever fail_on_error says."""
 
 
-def journal_lines(invocation_id: str) -> list[str]:
-    if not invocation_id:
-        return []
-    out = subprocess.run(
-        ["journalctl", "-o", "cat", "--no-pager", f"_SYSTEMD_INVOCATION_ID={invocation_id}"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout
-    return out.splitlines()
+@dataclass(frozen=True)
+class Wanted:
+    """What a healthy run is: the watched run itself and the rules judge() applies to it."""
+
+    unit: str
+    run: RunState
+    expected_schedulers: int = 0
+    marker_state: str = "active"
+    nccl_env: dict[str, Any] = field(default_factory=dict)
+    settle_s: float = 3.0
+    timeout_s: float = 900.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """judge()'s answer. `follow_journal` (not returned) says the detail needs a later journal read."""
+
+    state: str
+    msg: str
+    run: RunState
+    health: str = ""
+    schedulers: list[dict[str, Any]] = field(default_factory=list)
+    progress: str = ""
+    elapsed_s: float = 0.0
+    why: str = ""
+    detail: str = ""
+    follow_journal: str = ""  # "", "fatal" (traceback in progress) or "unit" (unit died or restarted)
+
+    def result(self, changed: bool) -> dict[str, Any]:
+        out = {key: getattr(self, key) for key in RESULT_KEYS if key not in ("run", "changed")}
+        out["schedulers"] = [dict(item) for item in self.schedulers]
+        out.update(run=self.run.as_option(), changed=changed)
+        return out
 
 
 def first_fatal(lines: list[str]) -> int | None:
@@ -100,268 +382,265 @@ def excerpt(lines: list[str]) -> str:
     """The traceback (with two lines of context) when there is one, else the last 30 lines."""
     fatal = first_fatal(lines)
     if fatal is None:
-        return "\n".join(lines[-30:])
+        return "\n".join(lines[-TAIL_LINES:])
     start = max(0, fatal - 2)
     return "\n".join(lines[start : start + TRACEBACK_LINES])
 
 
-def health(url: str) -> str:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return str(response.status)
-    except urllib.error.HTTPError as exc:
-        return str(exc.code)
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        if isinstance(reason, ConnectionRefusedError):
-            return "refused"
-        return f"down ({reason})"
+def failure_msg(unit: str, why: str, elapsed_s: float, detail: str) -> str:
+    msg = f"{unit}.service: {why} ({elapsed_s:.1f} s after the restart)"
+    return msg + "\n" + detail if detail else msg
 
 
-def cgroup_pids(control_group: str) -> list[int]:
-    """PIDs whose systemd cgroup (v1 name=systemd or v2 unified) is exactly the unit's."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+def _short_title(title: str) -> str:
+    return title.split(" ")[0]
+
+
+def _check_schedulers(
+    snapshot: Snapshot, wanted: Wanted
+) -> tuple[list[dict[str, Any]], list[str], tuple[str, str] | None]:
+    """(report per live scheduler, reasons to keep waiting, (why, detail) of the first bad scheduler)."""
+    markers = {item.pid: item for item in snapshot.markers}
+    gave_up = {item.pid: item.line for item in snapshot.runtime_fallbacks}
+    report: list[dict[str, Any]] = []
+    waiting: list[str] = []
+    problem: tuple[str, str] | None = None
+    for proc in snapshot.schedulers:
+        title = _short_title(proc.title)
+        found = markers.get(proc.pid)
+        state = found.state if found else "none"
+        env = proc.environ
+        if env is None:
+            waiting.append(f"{title} gone")
             continue
-        try:
-            with open(f"/proc/{entry}/cgroup", encoding="utf-8") as handle:
-                lines = handle.read().splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            hierarchy, _, path = line.partition(":")[2].partition(":")
-            if hierarchy in ("", "name=systemd") and path == control_group:
-                pids.append(int(entry))
-                break
-    return sorted(pids)
+        bad: tuple[str, str] | None = None
+        wrong = {k: env.get(k) for k, v in wanted.nccl_env.items() if env.get(k) != str(v)}
+        if wanted.nccl_env and not env:
+            bad = (
+                f"{title} (pid {proc.pid}) has an unreadable /proc/{proc.pid}/environ",
+                "setproctitle overwrites it unless the unit sets SPT_NOENV=1",
+            )
+        elif wrong:
+            bad = (
+                f"{title} (pid {proc.pid}) does not run with the templated NCCL environment",
+                f"wanted {json.dumps(wanted.nccl_env, sort_keys=True)}, "
+                f"has {json.dumps(wrong, sort_keys=True)}",
+            )
+        elif wanted.marker_state:
+            if state == "none":
+                waiting.append(f"{title} no marker yet")
+            elif state != wanted.marker_state:
+                bad = (
+                    f"{title} (pid {proc.pid}) reports the patch {state}, wanted {wanted.marker_state}",
+                    found.line if found else "",
+                )
+            if bad is None and wanted.marker_state == "active" and proc.pid in gave_up:
+                bad = (
+                    f"{title} (pid {proc.pid}) fell back to Triton at run time: "
+                    "the kernel does not run there",
+                    gave_up[proc.pid],
+                )
+        problem = problem or bad
+        report.append({"pid": proc.pid, "title": title, "marker": state, "nccl_env_ok": not wrong})
+    return report, waiting, problem
 
 
-def process_title(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            raw = handle.read()
-    except OSError:
-        return ""
-    return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
+def judge(snapshot: Snapshot, wanted: Wanted) -> Verdict:
+    """ok, pending or failed for one snapshot of the watched run; pure (no I/O, no clock).
+
+    Rules, in this order: a fatal line in the run's journal; a restart (another InvocationID, a
+    higher NRestarts); a unit that is not active; a scheduler with an unreadable environ, wrong NCCL
+    values, the wrong marker state or (for active) a runtime fallback. Healthy = health 200, the
+    expected scheduler count, every scheduler marked; ok once healthy for settle_s (the run's
+    healthy_since carries over polls and chunks). Not healthy after timeout_s from the restart fails.
+    """
+    run = wanted.run
+    elapsed = snapshot.read_at - run.started_at
+    report, waiting, problem = _check_schedulers(snapshot, wanted)
+    count = len(snapshot.schedulers)
+    marked = sum(1 for item in report if item["marker"] == wanted.marker_state)
+    progress = (
+        f"{elapsed:5.1f}s health={snapshot.health} schedulers={count}/{wanted.expected_schedulers or '>=1'} "
+        f"markers({wanted.marker_state or 'unchecked'})={marked}/{count}"
+    )
+    seen = {
+        "health": snapshot.health,
+        "schedulers": report,
+        "progress": progress,
+        "elapsed_s": round(elapsed, 2),
+    }
+
+    def failed(why: str, detail: str, follow: str = "") -> Verdict:
+        return Verdict(
+            state="failed",
+            msg=failure_msg(wanted.unit, why, elapsed, detail),
+            run=replace(run, healthy_since=None),
+            why=why,
+            detail=detail,
+            follow_journal=follow,
+            **seen,
+        )
+
+    lines = snapshot.journal
+    if first_fatal(lines) is not None:
+        return failed("the current run logged a fatal error", excerpt(lines), "fatal")
+    props = snapshot.props
+    if props.get("InvocationID") != run.invocation_id:
+        why = f"the unit restarted (invocation {props.get('InvocationID')!r})"
+        return failed(why, excerpt(lines), "unit")
+    if int(props.get("NRestarts") or 0) > run.baseline_nrestarts:
+        return failed(f"the unit restarted (NRestarts={props.get('NRestarts')})", excerpt(lines), "unit")
+    if props.get("ActiveState") not in LIVE_STATES:
+        why = (
+            f"the unit is {props.get('ActiveState')}/{props.get('SubState')} "
+            f"(Result={props.get('Result')}, ExecMainStatus={props.get('ExecMainStatus')})"
+        )
+        return failed(why, excerpt(lines), "unit")
+    if problem is not None:
+        return failed(*problem)
+
+    expected = wanted.expected_schedulers
+    count_ok = count >= 1 if expected <= 0 else count == expected
+    if snapshot.health == "200" and count_ok and not waiting:
+        since = run.healthy_since if run.healthy_since is not None else snapshot.read_at
+        held = replace(run, healthy_since=since)
+        if snapshot.read_at - since >= wanted.settle_s:
+            msg = f"healthy after {elapsed:.1f} s (held {wanted.settle_s:g} s): {progress}"
+            return Verdict(state="ok", msg=msg, run=held, **seen)
+        return Verdict(state="pending", msg=f"settling: {progress}", run=held, **seen)
+    if elapsed > wanted.timeout_s:
+        tail = "\n".join(lines[-TAIL_LINES:])
+        detail = "; ".join(waiting) + ("\n" if waiting else "") + tail
+        return failed(f"not healthy within {wanted.timeout_s:.0f} s: {progress}", detail)
+    return Verdict(state="pending", msg=f"waiting: {progress}", run=replace(run, healthy_since=None), **seen)
 
 
-def process_environ(pid: int) -> dict[str, str] | None:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            raw = handle.read()
-    except OSError:
-        return None
-    env = {}
-    for item in raw.split(b"\0"):
-        key, sep, value = item.decode("utf-8", "replace").partition("=")
-        if sep:
-            env[key] = value
-    return env
+Reader = Callable[..., Snapshot]
 
 
-def markers(lines: list[str]) -> dict[int, tuple[str, str]]:
-    found = {}
-    for line in lines:
-        match = MARKER_RE.match(line)
-        if match:
-            found[int(match.group(1))] = (match.group(2), line)
-    return found
-
-
-def runtime_fallbacks(lines: list[str]) -> dict[int, str]:
-    """pid -> the first `kdtree-verify-fallback:` line of that process."""
-    found: dict[int, str] = {}
-    for line in lines:
-        match = RUNTIME_FALLBACK_RE.match(line)
-        if match:
-            found.setdefault(int(match.group(1)), line)
-    return found
-
-
-class Watch:
-    def __init__(self, params: dict) -> None:
-        self.p = params
-        self.result: dict = {}
-        self.healthy_since: float | None = None
-
-    def fail(self, why: str, detail: str = "") -> dict:
-        elapsed = time.time() - self.p["started_at"]
-        msg = f"{self.p['unit']}.service: {why} ({elapsed:.1f} s after the restart)"
-        if detail:
-            msg += "\n" + detail
-        self.result.update(state="failed", msg=msg, why=why, detail=detail, elapsed_s=round(elapsed, 2))
-        return self.result
-
-    def fail_with_journal(self, why: str) -> dict:
-        """Fail; the traceback of a dying process may reach the journal after the unit state changed."""
-        lines: list[str] = []
-        for _ in range(5):
-            lines = journal_lines(self.p["invocation_id"])
+def complete_journal(verdict: Verdict, query: Query, read: Reader, sleep: Callable[[float], None]) -> Verdict:
+    """Quote the whole traceback: a dying process's lines reach the journal after its first one,
+    and after the unit state changed."""
+    if not verdict.follow_journal:
+        return verdict
+    journal_only = frozenset(("journal",))
+    if verdict.follow_journal == "fatal":
+        sleep(FATAL_GRACE_S)
+        lines = read(query, parts=journal_only).journal
+    else:
+        lines = []
+        for _ in range(JOURNAL_RETRIES):
+            lines = read(query, parts=journal_only).journal
             if first_fatal(lines) is not None:
                 break
-            time.sleep(0.2)
-        return self.fail(why, excerpt(lines))
+            sleep(JOURNAL_RETRY_S)
+    detail = excerpt(lines)
+    return replace(
+        verdict,
+        detail=detail,
+        msg=failure_msg(query.unit, verdict.why, verdict.elapsed_s, detail),
+        follow_journal="",
+    )
 
-    def poll(self) -> dict | None:
-        """One look at the unit. Returns a final result, or None to keep waiting."""
-        p = self.p
-        lines = journal_lines(p["invocation_id"])
-        if first_fatal(lines) is not None:
-            time.sleep(0.3)  # let the rest of the traceback reach the journal
-            return self.fail(
-                "the current run logged a fatal error", excerpt(journal_lines(p["invocation_id"]))
+
+def watch(
+    query: Query,
+    wanted: Wanted,
+    chunk_s: float,
+    poll_s: float,
+    marker: Any = None,
+    read: Reader = read_host,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.time,
+) -> Verdict:
+    """Poll read_host + judge every poll_s until ok or failed, or until chunk_s has passed (pending)."""
+    deadline = clock() + chunk_s
+    while True:
+        try:
+            verdict = judge(read(query, marker), wanted)
+        except HostError as exc:
+            elapsed = clock() - wanted.run.started_at
+            why = f"cannot read the host: {exc}"
+            return Verdict(
+                state="failed",
+                msg=failure_msg(wanted.unit, why, elapsed, ""),
+                run=wanted.run,
+                elapsed_s=round(elapsed, 2),
+                why=why,
             )
-        props = systemctl_show(p["unit"])
-        if props.get("InvocationID") != p["invocation_id"]:
-            return self.fail_with_journal(f"the unit restarted (invocation {props.get('InvocationID')!r})")
-        if int(props.get("NRestarts") or 0) > p["baseline_nrestarts"]:
-            return self.fail_with_journal(f"the unit restarted (NRestarts={props.get('NRestarts')})")
-        if props.get("ActiveState") not in ("active", "activating", "reloading"):
-            return self.fail_with_journal(
-                f"the unit is {props.get('ActiveState')}/{props.get('SubState')} "
-                f"(Result={props.get('Result')}, ExecMainStatus={props.get('ExecMainStatus')})"
+        if verdict.state == "failed":
+            return complete_journal(verdict, query, read, sleep)
+        if verdict.state == "ok":
+            return verdict
+        wanted = replace(wanted, run=verdict.run)
+        if clock() >= deadline:
+            return verdict
+        sleep(poll_s)
+
+
+def execute(
+    params: dict[str, Any],
+    check_mode: bool = False,
+    read: Reader = read_host,
+    restart: Callable[[str, float], None] = restart_unit,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.time,
+) -> dict[str, Any]:
+    """One module call: load the marker parser, restart when asked, watch one chunk. Raises SmokeError."""
+    unit = params["unit"]
+    run = RunState.from_option(params["run"])
+    if check_mode:
+        msg = f"check mode: would {'restart and ' if params['restart'] else ''}watch {unit}.service"
+        return Verdict(state="ok", msg=msg, run=run).result(changed=bool(params["restart"]))
+    marker = None
+    if params["marker_state"]:
+        if not params["patch_dir"]:
+            raise SmokeError(f"marker_state={params['marker_state']!r} needs patch_dir (to load marker.py)")
+        try:
+            marker = load_marker(params["patch_dir"])
+        except MarkerError as exc:
+            raise SmokeError(f"cannot check the kdtree-verify markers: {exc}") from exc
+    changed = False
+    try:
+        if params["restart"]:
+            started_at = clock()
+            restart(unit, params["restart_timeout_s"])
+            changed = True
+            run = RunState(started_at=started_at)
+        if not run.invocation_id:
+            now = read(Query(unit=unit), parts=frozenset(("unit",)))
+            run = RunState(
+                invocation_id=now.props.get("InvocationID", ""),
+                baseline_nrestarts=int(now.props.get("NRestarts") or 0),
+                started_at=run.started_at or now.read_at,
             )
-        tail = "\n".join(lines[-30:])
-        code = health(p["health_url"])
-        found = markers(lines)
-        gave_up = runtime_fallbacks(lines)
-        schedulers = []
-        for pid in cgroup_pids(props.get("ControlGroup", "")):
-            title = process_title(pid)
-            if title.startswith(p["scheduler_prefix"]):
-                schedulers.append((pid, title.split(" ")[0]))
-        report = []
-        waiting = []
-        for pid, title in schedulers:
-            marker_state, marker_line = found.get(pid, ("none", ""))
-            env = process_environ(pid)
-            if env is None:
-                waiting.append(f"{title} gone")
-                continue
-            if p["nccl_env"] and not env:
-                return self.fail(
-                    f"{title} (pid {pid}) has an unreadable /proc/{pid}/environ",
-                    "setproctitle overwrites it unless the unit sets SPT_NOENV=1",
-                )
-            wrong = {k: env.get(k) for k, v in p["nccl_env"].items() if env.get(k) != str(v)}
-            if wrong:
-                return self.fail(
-                    f"{title} (pid {pid}) does not run with the templated NCCL environment",
-                    f"wanted {json.dumps(p['nccl_env'], sort_keys=True)}, "
-                    f"has {json.dumps(wrong, sort_keys=True)}",
-                )
-            if p["marker_state"]:
-                if marker_state == "none":
-                    waiting.append(f"{title} no marker yet")
-                elif marker_state != p["marker_state"]:
-                    return self.fail(
-                        f"{title} (pid {pid}) reports the patch {marker_state}, wanted {p['marker_state']}",
-                        marker_line,
-                    )
-                if p["marker_state"] == "active" and pid in gave_up:
-                    return self.fail(
-                        f"{title} (pid {pid}) fell back to Triton at run time: the kernel does not run there",
-                        gave_up[pid],
-                    )
-            report.append({"pid": pid, "title": title, "marker": marker_state, "nccl_env_ok": True})
-        expected = p["expected_schedulers"]
-        count_ok = len(schedulers) >= 1 if expected <= 0 else len(schedulers) == expected
-        elapsed = time.time() - p["started_at"]
-        marked = sum(1 for item in report if item["marker"] == p["marker_state"])
-        self.result.update(
-            health=code,
-            schedulers=report,
-            elapsed_s=round(elapsed, 2),
-            progress=(
-                f"{elapsed:5.1f}s health={code} schedulers={len(schedulers)}/{expected or '>=1'} "
-                f"markers({p['marker_state'] or 'unchecked'})={marked}/{len(schedulers)}"
-            ),
-        )
-        if code == "200" and count_ok and not waiting:
-            if self.healthy_since is None:
-                self.healthy_since = time.time()
-            if time.time() - self.healthy_since >= p["settle_s"]:
-                self.result.update(
-                    state="ok",
-                    msg=(
-                        f"healthy after {elapsed:.1f} s (held {p['settle_s']:g} s): {self.result['progress']}"
-                    ),
-                )
-                return self.result
-            return None
-        self.healthy_since = None
-        if elapsed > p["timeout_s"]:
-            return self.fail(
-                f"not healthy within {p['timeout_s']:.0f} s: {self.result['progress']}",
-                "; ".join(waiting) + ("\n" if waiting else "") + tail,
-            )
-        return None
-
-    def run(self) -> dict:
-        deadline = time.time() + self.p["chunk_s"]
-        while True:
-            final = self.poll()
-            if final is not None:
-                return final
-            if time.time() >= deadline:
-                self.result["state"] = "pending"
-                return self.result
-            time.sleep(self.p["poll_s"])
-
-
-def restart(params: dict) -> None:
-    params["started_at"] = time.time()
-    subprocess.run(["systemctl", "restart", f"{params['unit']}.service"], check=True, capture_output=True)
-    props = systemctl_show(params["unit"])
-    params["invocation_id"] = props.get("InvocationID", "")
-    params["baseline_nrestarts"] = int(props.get("NRestarts") or 0)
+    except HostError as exc:
+        raise SmokeError(str(exc)) from exc
+    query = Query(
+        unit=unit,
+        invocation_id=run.invocation_id,
+        health_url=params["health_url"],
+        scheduler_prefix=params["scheduler_prefix"],
+    )
+    wanted = Wanted(
+        unit=unit,
+        run=run,
+        expected_schedulers=params["expected_schedulers"],
+        marker_state=params["marker_state"],
+        nccl_env=params["nccl_env"] or {},
+        settle_s=params["settle_s"],
+        timeout_s=params["timeout_s"],
+    )
+    verdict = watch(query, wanted, params["chunk_s"], params["poll_s"], marker, read, sleep, clock)
+    return verdict.result(changed=changed)
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "unit": {"type": "str", "required": True},
-            "restart": {"type": "bool", "default": False},
-            "invocation_id": {"type": "str", "default": ""},
-            "baseline_nrestarts": {"type": "int", "default": 0},
-            "started_at": {"type": "float", "default": 0.0},
-            "chunk_s": {"type": "float", "default": 10.0},
-            "timeout_s": {"type": "float", "default": 900.0},
-            "poll_s": {"type": "float", "default": 0.25},
-            "settle_s": {"type": "float", "default": 3.0},
-            "health_url": {"type": "str", "required": True},
-            "expected_schedulers": {"type": "int", "default": 0},
-            "scheduler_prefix": {"type": "str", "default": "sglang::scheduler"},
-            "marker_state": {"type": "str", "default": "active"},
-            "nccl_env": {"type": "dict", "default": {}},
-            # consumed by the action plugin; accepted here so the argument spec stays complete
-            "fail_on_error": {"type": "bool", "default": True},
-        },
-        supports_check_mode=True,
-    )
-    params = dict(module.params)
-    if module.check_mode:
-        module.exit_json(changed=params["restart"], state="ok", msg="check mode: would restart and watch")
-    changed = False
-    if params["restart"]:
-        try:
-            restart(params)
-        except subprocess.CalledProcessError as exc:
-            module.fail_json(msg=f"systemctl restart {params['unit']} failed: {exc.stderr}", state="failed")
-        changed = True
-    if not params["invocation_id"]:
-        props = systemctl_show(params["unit"])
-        params["invocation_id"] = props.get("InvocationID", "")
-        params["baseline_nrestarts"] = int(props.get("NRestarts") or 0)
-        params["started_at"] = params["started_at"] or time.time()
-    result = Watch(params).run()
-    result.update(
-        changed=changed,
-        invocation_id=params["invocation_id"],
-        baseline_nrestarts=params["baseline_nrestarts"],
-        started_at=params["started_at"],
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    try:
+        result = execute(module.params, check_mode=module.check_mode)
+    except SmokeError as exc:
+        module.fail_json(msg=f"{module.params['unit']}.service: {exc}", state="failed")
     module.exit_json(**result)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
@@ -20,11 +21,12 @@ def load_yaml(path: Path):
 
 @pytest.fixture(scope="session")
 def smoke_module():
-    """The kdtree_smoke module (runs on hosts) imported as a plain Python module."""
-    library = ROOT / "plugins" / "modules"
-    sys.path.insert(0, str(library))
-    try:
-        import kdtree_smoke
-    finally:
-        sys.path.remove(str(library))
-    return kdtree_smoke
+    """The kdtree_smoke module (runs on hosts), imported by its collection path as Ansible loads it.
+
+    collections/ansible_collections/kdtree/fleet links to the repository root, so with collections/
+    on sys.path the module's `ansible_collections.kdtree.fleet.plugins.module_utils` imports resolve.
+    """
+    collections = str(ROOT / "collections")
+    if collections not in sys.path:
+        sys.path.insert(0, collections)
+    return importlib.import_module("ansible_collections.kdtree.fleet.plugins.modules.kdtree_smoke")

@@ -1,15 +1,23 @@
-"""The smoke check's decisions (roles/kdtree_smoke/library/kdtree_smoke.py), host reads replaced.
+"""The smoke check's decisions: snapshots of a host fed into judge() and the polling loop watch().
 
-Each test feeds one picture of a host (unit properties, journal lines of the current invocation,
-/health, processes) into Watch.poll and checks the verdict.
+No host is read: each test builds a Snapshot (plain data, as read_host returns it), round-trips it
+through JSON and asks the module's judge() for ok / pending / failed. Marker lines are written with
+the repository's marker.py (format_line) and parsed with its match functions, as on a host.
+One test per rule; each fails when its rule is removed from judge().
 """
 
 from __future__ import annotations
 
+import importlib
+import json
+
 import pytest
+from conftest import ROOT
 
 INVOCATION = "0123456789abcdef0123456789abcdef"
 NCCL = {"NCCL_P2P_LEVEL": "SYS", "NCCL_ALGO": "Ring"}
+T0 = 1_764_490_000.0  # epoch seconds of the restart
+PATCH_DIR = ROOT / "roles" / "kdtree_patch" / "files" / "sglang_ext"
 TRACEBACK = [
     "[2026-11-29 09:14:52 TP1] Load weight begin.",
     "[2026-11-29 09:14:55 TP0] Scheduler hit an exception: Traceback (most recent call last):",
@@ -19,17 +27,45 @@ TRACEBACK = [
 ]
 
 
-def marker(pid: int, state: str = "active") -> str:
-    return (
-        f"kdtree-verify: pid={pid} ppid=1 title=sglang::scheduler_TP0 mode=validate state={state} "
-        "reason=- lib=/opt/kdtree/current/libkdtree_verify.so lib_sha256=ab sglang=0.5.23"
+@pytest.fixture(scope="module")
+def hu(smoke_module):
+    """module_utils/smoke_host (Snapshot, parse_journal, load_marker)."""
+    return importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils.smoke_host")
+
+
+@pytest.fixture(scope="module")
+def marker(hu):
+    """The repository's kdtree_verify/marker.py, loaded the way the module loads a host's copy."""
+    return hu.load_marker(str(PATCH_DIR))
+
+
+def marker_line(marker, pid: int, state: str = "active") -> str:
+    return marker.format_line(
+        {
+            "pid": pid,
+            "ppid": 100,
+            "title": f"sglang::scheduler_TP{pid - 101}",
+            "mode": "validate",
+            "state": state,
+            "reason": "" if state == "active" else "sm_89 is not supported",
+            "lib": "/opt/kdtree/current/libkdtree_verify.so",
+            "lib_sha256": "ab" * 32,
+            "sglang": "0.5.23",
+        }
     )
 
 
-class Host:
-    """A fake host: what the module would read with systemctl, journalctl, urllib and /proc."""
+def runtime_fallback_line(pid: int) -> str:
+    return f"kdtree-verify-fallback: pid={pid} state=fallback reason=device\\x20cuda:0:\\x20sm_89"
 
-    def __init__(self) -> None:
+
+class Host:
+    """One picture of a host: what read_host would have read at `at` seconds after the restart."""
+
+    def __init__(self, hu, marker) -> None:
+        self.hu = hu
+        self.marker = marker
+        self.at = 30.0
         self.props = {
             "ActiveState": "active",
             "SubState": "running",
@@ -42,181 +78,437 @@ class Host:
         }
         self.journal: list[str] = []
         self.health = "200"
-        self.processes = {
-            100: ("/opt/sglang/venv/bin/python -m sglang.launch_server", dict(NCCL)),
-            101: ("sglang::scheduler_TP0", dict(NCCL)),
-            102: ("sglang::scheduler_TP1", dict(NCCL)),
-            103: ("sglang::detokenizer", dict(NCCL)),
+        self.schedulers = {
+            101: ("sglang::scheduler_TP0 ", dict(NCCL)),
+            102: ("sglang::scheduler_TP1 ", dict(NCCL)),
         }
 
-    def install(self, module, monkeypatch) -> None:
-        monkeypatch.setattr(module, "systemctl_show", lambda unit: dict(self.props))
-        monkeypatch.setattr(
-            module, "journal_lines", lambda inv: list(self.journal) if inv == INVOCATION else []
+    def mark(self, *pids: int, state: str = "active") -> Host:
+        self.journal += [marker_line(self.marker, pid, state) for pid in pids]
+        return self
+
+    def snapshot(self):
+        markers, fallbacks = self.hu.parse_journal(self.journal, self.marker)
+        snap = self.hu.Snapshot(
+            read_at=T0 + self.at,
+            invocation_id=INVOCATION,
+            props=dict(self.props),
+            journal=list(self.journal),
+            markers=markers,
+            runtime_fallbacks=fallbacks,
+            health=self.health,
+            schedulers=[
+                self.hu.Process(pid=pid, title=title, environ=env)
+                for pid, (title, env) in sorted(self.schedulers.items())
+            ],
         )
-        monkeypatch.setattr(module, "health", lambda url: self.health)
-        monkeypatch.setattr(module, "cgroup_pids", lambda cg: sorted(self.processes))
-        monkeypatch.setattr(module, "process_title", lambda pid: self.processes[pid][0])
-        monkeypatch.setattr(module, "process_environ", lambda pid: self.processes[pid][1])
-        monkeypatch.setattr(module.time, "sleep", lambda s: None)
-
-
-def params(**over):
-    base = {
-        "unit": "sglang",
-        "invocation_id": INVOCATION,
-        "baseline_nrestarts": 0,
-        "started_at": 0.0,
-        "chunk_s": 0.0,
-        "timeout_s": 1e12,
-        "poll_s": 0.0,
-        "settle_s": 0.0,
-        "health_url": "http://127.0.0.1:30000/health",
-        "expected_schedulers": 2,
-        "scheduler_prefix": "sglang::scheduler",
-        "marker_state": "active",
-        "nccl_env": dict(NCCL),
-    }
-    base.update(over)
-    return base
+        # plain data: what crosses JSON is all judge() needs
+        return self.hu.Snapshot.from_dict(json.loads(json.dumps(snap.to_dict())))
 
 
 @pytest.fixture
-def host(smoke_module, monkeypatch):
-    fake = Host()
-    fake.install(smoke_module, monkeypatch)
-    return fake
+def host(hu, marker):
+    return Host(hu, marker)
 
 
-def poll(module, **over):
-    return module.Watch(params(**over)).poll()
+def wanted(module, **over):
+    run = module.RunState(invocation_id=INVOCATION, baseline_nrestarts=0, started_at=T0)
+    base = {
+        "unit": "sglang",
+        "run": run,
+        "expected_schedulers": 2,
+        "marker_state": "active",
+        "nccl_env": dict(NCCL),
+        "settle_s": 0.0,
+        "timeout_s": 900.0,
+    }
+    base.update(over)
+    return module.Wanted(**base)
+
+
+def judge(module, host, **over):
+    return module.judge(host.snapshot(), wanted(module, **over))
+
+
+# --- success ---------------------------------------------------------------------------------
 
 
 def test_healthy_when_health_200_and_every_scheduler_marked_active_with_nccl(smoke_module, host):
-    host.journal = [marker(101), marker(102)]
-    result = poll(smoke_module)
-    assert result["state"] == "ok"
-    assert sorted(s["pid"] for s in result["schedulers"]) == [101, 102]
+    verdict = judge(smoke_module, host.mark(101, 102))
+    assert verdict.state == "ok"
+    assert [s["pid"] for s in verdict.schedulers] == [101, 102]
+    assert {s["marker"] for s in verdict.schedulers} == {"active"}
+    assert verdict.msg.startswith("healthy after 30.0 s")
+
+
+def test_a_marker_written_by_marker_py_is_recognised_through_the_journal_parsing_path(
+    smoke_module, hu, marker
+):
+    """format_line() output -> parse_journal (the host's marker.py) -> Snapshot -> judge()."""
+    line = marker_line(marker, 4242)
+    assert marker.match_marker(line) == (4242, "active")
+    markers, fallbacks = hu.parse_journal(["noise", line, "kdtree-verify: something else"], marker)
+    assert [(m.pid, m.state, m.line) for m in markers] == [(4242, "active", line)]
+    assert fallbacks == []
+    snap = hu.Snapshot(
+        read_at=T0 + 5,
+        props={"InvocationID": INVOCATION, "ActiveState": "active", "NRestarts": "0"},
+        journal=["noise", line],
+        markers=markers,
+        health="200",
+        schedulers=[hu.Process(pid=4242, title="sglang::scheduler_TP0", environ={})],
+    )
+    verdict = smoke_module.judge(snap, wanted(smoke_module, expected_schedulers=1, nccl_env={}))
+    assert verdict.state == "ok"
+    assert verdict.schedulers == [
+        {"pid": 4242, "title": "sglang::scheduler_TP0", "marker": "active", "nccl_env_ok": True}
+    ]
+
+
+def test_the_last_marker_of_a_process_counts(smoke_module, host):
+    host.mark(101, state="off").mark(101, 102)
+    assert judge(smoke_module, host).state == "ok"
+
+
+def test_rollback_mode_skips_markers_and_environment(smoke_module, host):
+    host.schedulers = {101: ("sglang::scheduler_TP0", {})}
+    verdict = judge(smoke_module, host, marker_state="", nccl_env={}, expected_schedulers=0)
+    assert verdict.state == "ok"
+    assert "markers(unchecked)" in verdict.progress
+
+
+def test_marker_state_off_is_accepted_when_off_is_wanted(smoke_module, host):
+    host.mark(101, 102, state="off")
+    assert judge(smoke_module, host, marker_state="off").state == "ok"
+
+
+def test_a_runtime_fallback_does_not_matter_when_the_patch_is_meant_to_be_off(smoke_module, host):
+    host.mark(101, 102, state="off").journal.append(runtime_fallback_line(102))
+    assert judge(smoke_module, host, marker_state="off").state == "ok"
+
+
+def test_activating_counts_as_alive(smoke_module, host):
+    host.props.update(ActiveState="activating", SubState="start")
+    assert judge(smoke_module, host.mark(101, 102)).state == "ok"
+
+
+# --- keep waiting ----------------------------------------------------------------------------
 
 
 def test_keeps_waiting_while_one_scheduler_has_no_marker(smoke_module, host):
-    host.journal = [marker(101)]
-    assert poll(smoke_module) is None
+    verdict = judge(smoke_module, host.mark(101))
+    assert verdict.state == "pending"
+    assert "markers(active)=1/2" in verdict.progress
 
 
 def test_keeps_waiting_while_health_is_503(smoke_module, host):
-    host.journal = [marker(101), marker(102)]
     host.health = "503"
-    assert poll(smoke_module) is None
+    assert judge(smoke_module, host.mark(101, 102)).state == "pending"
 
 
 def test_keeps_waiting_until_every_tp_rank_has_a_scheduler(smoke_module, host):
-    host.journal = [marker(101)]
-    del host.processes[102]
-    assert poll(smoke_module) is None
+    del host.schedulers[102]
+    assert judge(smoke_module, host.mark(101)).state == "pending"
+
+
+def test_more_schedulers_than_tp_ranks_is_not_healthy(smoke_module, host):
+    host.schedulers[103] = ("sglang::scheduler_TP2", dict(NCCL))
+    assert judge(smoke_module, host.mark(101, 102, 103)).state == "pending"
+
+
+def test_no_expected_count_still_needs_one_scheduler(smoke_module, host):
+    host.schedulers = {}
+    verdict = judge(smoke_module, host, expected_schedulers=0)
+    assert verdict.state == "pending"
+    assert "schedulers=0/>=1" in verdict.progress
+
+
+def test_a_scheduler_that_exited_while_read_keeps_waiting(smoke_module, host):
+    host.schedulers[102] = ("sglang::scheduler_TP1", None)
+    assert judge(smoke_module, host.mark(101, 102)).state == "pending"
+
+
+def test_a_marker_of_another_process_does_not_count(smoke_module, host):
+    assert judge(smoke_module, host.mark(100, 101)).state == "pending"
+
+
+def test_settle_time_delays_success_and_remembers_since_when(smoke_module, host):
+    verdict = judge(smoke_module, host.mark(101, 102), settle_s=3.0)
+    assert verdict.state == "pending"
+    assert verdict.run.healthy_since == T0 + 30.0
+    host.at = 33.0
+    settled = smoke_module.judge(host.snapshot(), wanted(smoke_module, settle_s=3.0, run=verdict.run))
+    assert settled.state == "ok"
+
+
+def test_an_unhealthy_look_restarts_the_settle_time(smoke_module, host):
+    run = smoke_module.RunState(INVOCATION, 0, T0, healthy_since=T0 + 1.0)
+    host.health = "503"
+    verdict = judge(smoke_module, host.mark(101, 102), settle_s=3.0, run=run)
+    assert verdict.state == "pending"
+    assert verdict.run.healthy_since is None
+
+
+# --- fail at once ----------------------------------------------------------------------------
 
 
 def test_traceback_fails_at_once_and_carries_the_traceback(smoke_module, host):
-    host.journal = [marker(101), *TRACEBACK]
-    result = poll(smoke_module)
-    assert result["state"] == "failed"
-    assert "Traceback (most recent call last)" in result["msg"]
-    assert "RuntimeError: boom" in result["msg"]
+    host.mark(101).journal += TRACEBACK
+    verdict = judge(smoke_module, host)
+    assert verdict.state == "failed"
+    assert verdict.why == "the current run logged a fatal error"
+    assert "Traceback (most recent call last)" in verdict.msg
+    assert "RuntimeError: boom" in verdict.msg
+    assert "(30.0 s after the restart)" in verdict.msg
 
 
-def test_error_in_sitecustomize_fails_at_once(smoke_module, host):
-    host.journal = ["Error in sitecustomize; set PYTHONVERBOSE for traceback:", "ImportError: x"]
-    assert poll(smoke_module)["state"] == "failed"
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Traceback (most recent call last):",
+        "[2026-11-29 09:14:55 TP0] Scheduler hit an exception: CUDA error",
+        "Error in sitecustomize; set PYTHONVERBOSE for traceback:",
+    ],
+)
+def test_each_fatal_line_fails_at_once(smoke_module, host, line):
+    host.mark(101, 102).journal.append(line)
+    verdict = judge(smoke_module, host)
+    assert verdict.state == "failed"
+    assert line in verdict.detail
 
 
 def test_a_failed_unit_fails_even_without_a_traceback(smoke_module, host):
     host.props.update(ActiveState="failed", SubState="failed", Result="signal", ExecMainStatus="9")
-    result = poll(smoke_module)
-    assert result["state"] == "failed"
-    assert "ExecMainStatus=9" in result["msg"]
+    verdict = judge(smoke_module, host)
+    assert verdict.state == "failed"
+    assert "ExecMainStatus=9" in verdict.msg
 
 
 def test_a_new_invocation_counts_as_a_restart(smoke_module, host):
     host.props["InvocationID"] = "f" * 32
-    result = poll(smoke_module)
-    assert result["state"] == "failed"
-    assert "restarted" in result["msg"]
+    verdict = judge(smoke_module, host.mark(101, 102))
+    assert verdict.state == "failed"
+    assert "restarted" in verdict.msg
 
 
 def test_an_automatic_restart_counts_as_a_restart(smoke_module, host):
     host.props["NRestarts"] = "1"
-    assert "restarted" in poll(smoke_module)["msg"]
+    verdict = judge(smoke_module, host.mark(101, 102))
+    assert verdict.state == "failed"
+    assert "NRestarts=1" in verdict.msg
+
+
+def test_nrestarts_up_to_the_baseline_is_not_a_restart(smoke_module, host):
+    host.props["NRestarts"] = "2"
+    run = smoke_module.RunState(INVOCATION, 2, T0)
+    assert judge(smoke_module, host.mark(101, 102), run=run).state == "ok"
+
+
+def test_the_traceback_is_reported_before_the_dead_unit(smoke_module, host):
+    host.props.update(ActiveState="failed", SubState="failed")
+    host.journal += TRACEBACK
+    assert judge(smoke_module, host).why == "the current run logged a fatal error"
 
 
 def test_a_fallback_marker_fails_with_the_marker_line(smoke_module, host):
-    host.journal = [marker(101), marker(102, "fallback")]
-    result = poll(smoke_module)
-    assert result["state"] == "failed"
-    assert "pid=102" in result["msg"]
-    assert "fallback" in result["msg"]
+    host.mark(101).mark(102, state="fallback")
+    verdict = judge(smoke_module, host)
+    assert verdict.state == "failed"
+    assert "(pid 102) reports the patch fallback, wanted active" in verdict.msg
+    assert verdict.detail == marker_line(host.marker, 102, "fallback")
 
 
 def test_a_runtime_fallback_after_an_active_marker_fails_with_its_reason(smoke_module, host):
-    gave_up = "kdtree-verify-fallback: pid=102 state=fallback reason=device\\x20cuda:0:\\x20sm_89"
-    host.journal = [marker(101), marker(102), gave_up]
-    result = poll(smoke_module)
-    assert result["state"] == "failed"
-    assert "pid 102" in result["msg"]
-    assert "fell back to Triton at run time" in result["msg"]
-    assert gave_up in result["msg"]
+    host.mark(101, 102).journal.append(runtime_fallback_line(102))
+    verdict = judge(smoke_module, host)
+    assert verdict.state == "failed"
+    assert "pid 102" in verdict.msg
+    assert "fell back to Triton at run time" in verdict.msg
+    assert runtime_fallback_line(102) in verdict.msg
 
 
 def test_a_runtime_fallback_of_another_process_does_not_count(smoke_module, host):
-    host.journal = [marker(101), marker(102), "kdtree-verify-fallback: pid=100 state=fallback reason=x"]
-    assert poll(smoke_module)["state"] == "ok"
+    host.mark(101, 102).journal.append(runtime_fallback_line(100))
+    assert judge(smoke_module, host).state == "ok"
 
 
-def test_a_marker_of_another_process_does_not_count(smoke_module, host):
-    host.journal = [marker(100), marker(101)]
-    assert poll(smoke_module) is None
+def test_a_wrong_nccl_value_in_a_scheduler_fails(smoke_module, host):
+    host.schedulers[102] = ("sglang::scheduler_TP1", {"NCCL_P2P_LEVEL": "SYS", "NCCL_ALGO": "Tree"})
+    verdict = judge(smoke_module, host.mark(101, 102))
+    assert verdict.state == "failed"
+    assert "NCCL" in verdict.msg
+    assert '"NCCL_ALGO": "Tree"' in verdict.msg
+    assert [s["nccl_env_ok"] for s in verdict.schedulers] == [True, False]
 
 
 def test_a_missing_nccl_value_in_a_scheduler_fails(smoke_module, host):
-    host.journal = [marker(101), marker(102)]
-    host.processes[102] = ("sglang::scheduler_TP1", {"NCCL_P2P_LEVEL": "SYS", "NCCL_ALGO": "Tree"})
-    result = poll(smoke_module)
-    assert result["state"] == "failed"
-    assert "NCCL" in result["msg"]
-    assert "Tree" in result["msg"]
+    host.schedulers[101] = ("sglang::scheduler_TP0", {"NCCL_P2P_LEVEL": "SYS", "PATH": "/usr/bin"})
+    verdict = judge(smoke_module, host.mark(101, 102))
+    assert verdict.state == "failed"
+    assert '"NCCL_ALGO": null' in verdict.msg
+
+
+def test_nccl_values_compare_as_strings(smoke_module, host):
+    host.schedulers = {101: ("sglang::scheduler_TP0", {"NCCL_MIN_NCHANNELS": "4"})}
+    verdict = judge(smoke_module, host.mark(101), expected_schedulers=1, nccl_env={"NCCL_MIN_NCHANNELS": 4})
+    assert verdict.state == "ok"
 
 
 def test_a_clobbered_environ_is_reported_with_the_spt_noenv_hint(smoke_module, host):
-    host.processes[101] = ("sglang::scheduler_TP0", {})
-    result = poll(smoke_module)
-    assert result["state"] == "failed"
-    assert "SPT_NOENV" in result["msg"]
+    host.schedulers[101] = ("sglang::scheduler_TP0", {})
+    verdict = judge(smoke_module, host.mark(101, 102))
+    assert verdict.state == "failed"
+    assert "SPT_NOENV" in verdict.msg
 
 
-def test_timeout_fails_with_progress(smoke_module, host):
+def test_timeout_fails_with_progress_and_what_it_waited_for(smoke_module, host):
     host.health = "503"
-    result = poll(smoke_module, timeout_s=-1.0)
-    assert result["state"] == "failed"
-    assert "not healthy within" in result["msg"]
+    host.at = 901.0
+    host.mark(101).journal.append("last line of the run")
+    verdict = judge(smoke_module, host)
+    assert verdict.state == "failed"
+    assert "not healthy within 900 s" in verdict.msg
+    assert "sglang::scheduler_TP1 no marker yet" in verdict.detail
+    assert "last line of the run" in verdict.detail
 
 
-def test_settle_time_delays_success(smoke_module, host):
-    host.journal = [marker(101), marker(102)]
-    watch = smoke_module.Watch(params(settle_s=3600.0))
-    assert watch.poll() is None
-    assert watch.healthy_since is not None
-
-
-def test_rollback_mode_skips_markers_and_environment(smoke_module, host):
-    host.processes = {101: ("sglang::scheduler_TP0", {})}
-    result = poll(smoke_module, marker_state="", nccl_env={}, expected_schedulers=0)
-    assert result["state"] == "ok"
-
-
-def test_marker_regex_follows_the_contract(smoke_module):
-    found = smoke_module.markers([marker(4242, "off"), "kdtree-verify: something else", "noise"])
-    assert found == {4242: ("off", marker(4242, "off"))}
-
-
-def test_run_returns_pending_when_the_chunk_ends(smoke_module, host):
+def test_no_timeout_before_timeout_s(smoke_module, host):
     host.health = "503"
-    assert smoke_module.Watch(params(chunk_s=0.0)).run()["state"] == "pending"
+    host.at = 899.0
+    assert judge(smoke_module, host).state == "pending"
+
+
+def test_judge_does_not_touch_the_host(smoke_module, host, monkeypatch):
+    """judge() gets everything from the snapshot: no subprocess, no /proc, no clock."""
+    snap = host.mark(101, 102).snapshot()
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("judge read the host")
+
+    for name in ("subprocess.run", "urllib.request.urlopen", "time.time", "os.listdir", "builtins.open"):
+        monkeypatch.setattr(name, forbidden)
+    assert smoke_module.judge(snap, wanted(smoke_module)).state == "ok"
+
+
+# --- the polling loop ------------------------------------------------------------------------
+
+
+class Script:
+    """A host over time for watch(): full reads return the pictures in turn, the clock is fake."""
+
+    def __init__(self, hu, host: Host, pictures, journals=()) -> None:
+        self.hu = hu
+        self.host = host
+        self.pictures = list(pictures)  # callables that change `host` before each full read
+        self.journals = list(journals)  # journal-only re-reads
+        self.now = T0 + 10.0
+        self.reads: list[str] = []
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+    def read(self, query, marker=None, parts=None):
+        assert query.invocation_id == INVOCATION
+        if parts == frozenset(("journal",)):
+            self.reads.append("journal")
+            return self.hu.Snapshot(read_at=self.now, invocation_id=INVOCATION, journal=self.journals.pop(0))
+        self.reads.append("all")
+        if self.pictures:
+            self.pictures.pop(0)(self.host)
+        self.host.at = self.now - T0
+        return self.host.snapshot()
+
+
+def watch(module, script, chunk_s=1.0, poll_s=0.25, **over):
+    query = script.hu.Query(unit="sglang", invocation_id=INVOCATION, health_url="http://x/health")
+    return module.watch(
+        query, wanted(module, **over), chunk_s, poll_s, None, script.read, script.sleep, script.clock
+    )
+
+
+def test_watch_returns_pending_with_the_progress_when_the_chunk_ends(smoke_module, hu, host):
+    host.health = "refused"
+    script = Script(hu, host, [])
+    verdict = watch(smoke_module, script, chunk_s=1.0, poll_s=0.25)
+    assert verdict.state == "pending"
+    assert script.reads == ["all"] * 5
+    assert script.sleeps == [0.25] * 4
+    assert "health=refused" in verdict.progress
+
+
+def test_watch_holds_the_healthy_state_for_settle_s_across_polls(smoke_module, hu, host):
+    host.mark(101, 102)
+    script = Script(hu, host, [])
+    verdict = watch(smoke_module, script, chunk_s=10.0, poll_s=0.5, settle_s=2.0)
+    assert verdict.state == "ok"
+    assert len(script.reads) == 5  # healthy at +0, ok at +2.0
+
+
+def test_the_settle_time_carries_over_to_the_next_chunk(smoke_module, hu, host):
+    host.mark(101, 102)
+    script = Script(hu, host, [])
+    first = watch(smoke_module, script, chunk_s=1.0, poll_s=0.5, settle_s=2.0)
+    assert first.state == "pending"
+    assert first.run.healthy_since == T0 + 10.0
+    second = watch(smoke_module, script, chunk_s=1.0, poll_s=0.5, settle_s=2.0, run=first.run)
+    assert second.state == "ok"
+
+
+def test_a_crash_while_settling_fails(smoke_module, hu, host):
+    host.mark(101, 102)
+    script = Script(hu, host, [lambda h: None, lambda h: h.journal.extend(TRACEBACK)], [list(TRACEBACK)])
+    verdict = watch(smoke_module, script, chunk_s=10.0, settle_s=5.0)
+    assert verdict.state == "failed"
+    assert "RuntimeError: boom" in verdict.msg
+
+
+def test_a_traceback_is_quoted_after_the_rest_of_it_arrived(smoke_module, hu, host):
+    first_line = [TRACEBACK[1]]
+    script = Script(hu, host, [lambda h: h.journal.extend(first_line)], [list(TRACEBACK)])
+    verdict = watch(smoke_module, script)
+    assert verdict.state == "failed"
+    assert script.reads == ["all", "journal"]
+    assert script.sleeps == [smoke_module.FATAL_GRACE_S]
+    assert "RuntimeError: boom" in verdict.detail
+    assert "RuntimeError: boom" in verdict.msg
+
+
+def test_a_dead_unit_waits_for_its_traceback_to_reach_the_journal(smoke_module, hu, host):
+    def die(h):
+        h.props.update(ActiveState="failed", SubState="failed")
+
+    script = Script(hu, host, [die], [[TRACEBACK[0]], list(TRACEBACK)])
+    verdict = watch(smoke_module, script)
+    assert verdict.state == "failed"
+    assert script.reads == ["all", "journal", "journal"]
+    assert script.sleeps == [smoke_module.JOURNAL_RETRY_S]
+    assert "Traceback (most recent call last)" in verdict.msg
+
+
+def test_a_dead_unit_without_a_traceback_fails_after_a_bounded_wait(smoke_module, hu, host):
+    def die(h):
+        h.props.update(ActiveState="failed", SubState="failed", ExecMainStatus="9")
+
+    script = Script(hu, host, [die], [["killed"]] * smoke_module.JOURNAL_RETRIES)
+    verdict = watch(smoke_module, script)
+    assert verdict.state == "failed"
+    assert script.reads == ["all"] + ["journal"] * smoke_module.JOURNAL_RETRIES
+    assert verdict.detail == "killed"
+
+
+def test_a_host_that_cannot_be_read_fails_the_run(smoke_module, hu, host):
+    def read(query, marker=None, parts=None):
+        raise hu.HostError("`journalctl ...` did not finish within 15 s")
+
+    query = hu.Query(unit="sglang", invocation_id=INVOCATION)
+    verdict = smoke_module.watch(
+        query, wanted(smoke_module), 1.0, 0.25, None, read, lambda s: None, lambda: T0 + 4.0
+    )
+    assert verdict.state == "failed"
+    assert "cannot read the host" in verdict.msg
+    assert "did not finish within 15 s" in verdict.msg

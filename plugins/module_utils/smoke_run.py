@@ -1,0 +1,53 @@
+"""The one run a kdtree_smoke check watches, handed between its chunks.
+
+The kdtree_smoke module returns it as `run`; the action plugin passes that dict back unchanged as
+the `run` option of the next chunk. Shared by the module (plugins/modules/kdtree_smoke.py) and the
+action plugin (plugins/action/kdtree_smoke.py); stdlib only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# The `run` option's suboptions, as AnsibleModule's argument_spec writes them (the module's
+# DOCUMENTATION describes the same four).
+RUN_SUBOPTIONS: dict[str, dict[str, Any]] = {
+    "invocation_id": {"type": "str", "default": ""},
+    "baseline_nrestarts": {"type": "int", "default": 0},
+    "started_at": {"type": "float", "default": 0.0},
+    "healthy_since": {"type": "float"},
+}
+
+
+@dataclass(frozen=True)
+class RunState:
+    """Which run is watched and what the previous chunks saw of it.
+
+    invocation_id: the unit's InvocationID of the watched run ("" = not known yet: the first chunk
+    of a check without a restart takes the unit's current run).
+    baseline_nrestarts: NRestarts right after the restart; more means systemd restarted the unit.
+    started_at: epoch seconds of the restart (or of the first look); timeouts count from here.
+    healthy_since: epoch seconds since which every poll found the run healthy, None when the last
+    poll did not (the settle time may span chunks).
+    """
+
+    invocation_id: str = ""
+    baseline_nrestarts: int = 0
+    started_at: float = 0.0
+    healthy_since: float | None = None
+
+    @classmethod
+    def from_option(cls, value: dict[str, Any] | None) -> RunState:
+        """From the module's `run` option or a chunk result's `run` (missing keys take defaults)."""
+        value = value or {}
+        healthy_since = value.get("healthy_since")
+        return cls(
+            invocation_id=str(value.get("invocation_id") or ""),
+            baseline_nrestarts=int(value.get("baseline_nrestarts") or 0),
+            started_at=float(value.get("started_at") or 0.0),
+            healthy_since=None if healthy_since is None else float(healthy_since),
+        )
+
+    def as_option(self) -> dict[str, Any]:
+        return asdict(self)
