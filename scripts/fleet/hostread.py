@@ -1,57 +1,114 @@
-"""Read a local test host's state with `podman exec` (shared by the summary and the benchmarks)."""
+"""Read a local test host's state with `podman exec` (shared by the summary and the benchmarks).
+
+The reading is the smoke check's own read_host() (plugins/module_utils/smoke_host.py, imported
+through the collection path of this clone): that file is stdlib only, so its source goes to the
+host's python3 as it is, followed by a few lines that call it and print the snapshot as JSON. The
+markers are parsed with the host's installed marker.py, as the smoke check parses them.
+"""
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
-# Runs inside a host: the build, the unit, /health and each scheduler's marker state, as JSON.
-HOST_SCRIPT = r"""
-import json, os, re, subprocess, urllib.request
-def sh(*a):
-    return subprocess.run(a, capture_output=True, text=True).stdout.strip()
-props = dict(l.split("=", 1) for l in sh("systemctl", "show", "-p",
-             "ActiveState,InvocationID,DropInPaths", "sglang.service").splitlines() if "=" in l)
-try:
-    health = str(urllib.request.urlopen("http://127.0.0.1:30000/health", timeout=3).status)
-except Exception as exc:
-    health = getattr(exc, "code", None) and str(exc.code) or "down"
-inv = props.get("InvocationID", "")
-lines = sh("journalctl", "-o", "cat", "--no-pager", "_SYSTEMD_INVOCATION_ID=" + inv).splitlines()
-states = {}
-for line in lines:
-    m = re.match(r"^kdtree-verify: pid=(\d+) .* state=(\w+) ", line)
-    if m:
-        states[int(m.group(1))] = m.group(2)
-schedulers = []
-for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit()):
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT / "collections") not in sys.path:
+    sys.path.insert(0, str(ROOT / "collections"))
+
+from ansible_collections.kdtree.fleet.plugins.module_utils import smoke_host  # noqa: E402
+
+UNIT = "sglang"
+HEALTH_URL = "http://127.0.0.1:30000/health"
+PATCH_DIR = "/opt/kdtree/sglang_ext"
+BUILD_INFO = "/opt/kdtree/current/BUILD_INFO"
+SCHEDULER_PREFIX = "sglang::scheduler"
+DROPIN = "50-kdtree.conf"
+EXEC_TIMEOUT_S = 60
+
+# Appended to smoke_host.py's source on the host; the settings come first as one JSON literal.
+DRIVER = r"""
+import json as _json
+
+
+def _marker(patch_dir):
     try:
-        title = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode()
+        return load_marker(patch_dir)
+    except MarkerError:
+        return None  # no patch installed: no marker states
+
+
+def _build_info(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return dict(item.split("=", 1) for item in handle.read().split() if "=" in item)
     except OSError:
-        continue
-    if title.startswith("sglang::scheduler"):
-        schedulers.append({"pid": pid, "title": title, "marker": states.get(pid, "none")})
-info = {}
-try:
-    info = dict(l.split("=", 1) for l in open("/opt/kdtree/current/BUILD_INFO").read().split())
-except OSError:
-    pass
-dropin = "50-kdtree.conf" in props.get("DropInPaths", "")
-print(json.dumps({"active": props.get("ActiveState"), "dropin": dropin,
-                  "health": health, "build": info.get("id", "-"), "arch": info.get("arch", "-"),
-                  "schedulers": schedulers}))
+        return {}
+
+
+_query = Query(
+    unit=_SETTINGS["unit"], health_url=_SETTINGS["health_url"], scheduler_prefix=_SETTINGS["scheduler_prefix"]
+)
+_snap = read_host(_query, _marker(_SETTINGS["patch_dir"]))
+print(_json.dumps({"snapshot": _snap.to_dict(), "build_info": _build_info(_SETTINGS["build_info"])}))
 """
 
 
-def read_host(name: str) -> dict:
-    """State of one podman test host; {'error': ...} when it cannot be read."""
-    proc = subprocess.run(
-        ["podman", "exec", "-i", name, "python3", "-"],
-        input=HOST_SCRIPT,
-        capture_output=True,
-        text=True,
-        check=False,
+def host_script(
+    unit: str = UNIT,
+    health_url: str = HEALTH_URL,
+    patch_dir: str = PATCH_DIR,
+    build_info: str = BUILD_INFO,
+    scheduler_prefix: str = SCHEDULER_PREFIX,
+) -> str:
+    """The program `python3 -` runs on the host: read_host's module, the settings, the driver."""
+    settings = {
+        "unit": unit,
+        "health_url": health_url,
+        "patch_dir": patch_dir,
+        "build_info": build_info,
+        "scheduler_prefix": scheduler_prefix,
+    }
+    return (
+        inspect.getsource(smoke_host)
+        + f"\n\n_SETTINGS = {json.dumps(settings)}\n"  # a JSON object is a Python dict literal
+        + DRIVER
     )
+
+
+def summarize(snap: smoke_host.Snapshot, build_info: dict[str, str]) -> dict[str, Any]:
+    """What summary.py prints for one host."""
+    states = {marker.pid: marker.state for marker in snap.markers}
+    return {
+        "active": snap.props.get("ActiveState"),
+        "dropin": DROPIN in snap.props.get("DropInPaths", ""),
+        "health": snap.health,
+        "build": build_info.get("id", "-"),
+        "arch": build_info.get("arch", "-"),
+        "schedulers": [
+            {"pid": proc.pid, "title": proc.title.split(" ")[0], "marker": states.get(proc.pid, "none")}
+            for proc in snap.schedulers
+        ],
+    }
+
+
+def read_host(name: str, unit: str = UNIT, health_url: str = HEALTH_URL, patch_dir: str = PATCH_DIR) -> dict:
+    """State of one podman test host; {'error': ...} when it cannot be read."""
+    try:
+        proc = subprocess.run(
+            ["podman", "exec", "-i", name, "python3", "-"],
+            input=host_script(unit, health_url, patch_dir),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=EXEC_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"podman exec did not finish within {EXEC_TIMEOUT_S} s"}
     if proc.returncode != 0:
         return {"error": proc.stderr.strip() or f"podman exec rc={proc.returncode}"}
-    return json.loads(proc.stdout)
+    data = json.loads(proc.stdout)
+    return summarize(smoke_host.Snapshot.from_dict(data["snapshot"]), data["build_info"])

@@ -1,0 +1,333 @@
+"""read_host(), restart_unit() and load_marker() (plugins/module_utils/smoke_host.py) on this machine.
+
+systemctl and journalctl are small fake scripts first on PATH; /health is a local HTTP server; the
+scheduler is a real child process (argv[0] = a scheduler title, NCCL values in its environment)
+found through this machine's /proc in this process's own cgroup.
+"""
+
+from __future__ import annotations
+
+import ast
+import http.server
+import importlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+INVOCATION = "0123456789abcdef0123456789abcdef"
+PATCH_DIR = ROOT / "roles" / "kdtree_patch" / "files" / "sglang_ext"
+SMOKE_HOST = ROOT / "plugins" / "module_utils" / "smoke_host.py"
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/cgroup").exists(), reason="needs Linux /proc")
+
+
+@pytest.fixture(scope="module")
+def hu(smoke_module):
+    return importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils.smoke_host")
+
+
+@pytest.fixture(scope="module")
+def marker(hu):
+    return hu.load_marker(str(PATCH_DIR))
+
+
+def own_cgroup() -> str:
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        hierarchy, _, path = line.partition(":")[2].partition(":")
+        if hierarchy in ("", "name=systemd"):
+            return path
+    pytest.skip("no systemd or unified cgroup line")
+
+
+class FakeHost:
+    """Fake systemctl/journalctl on PATH; what they print and how they were called."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.bin = root / "bin"
+        self.bin.mkdir()
+        self.calls = root / "calls"
+        self.calls.touch()
+        self.props = {"ActiveState": "active", "InvocationID": INVOCATION, "NRestarts": "0"}
+        self.journal: list[str] = []
+        for name in ("systemctl", "journalctl"):
+            script = self.bin / name
+            script.write_text(
+                textwrap.dedent(
+                    f"""\
+                    #!/bin/sh
+                    echo "{name} $*" >> {self.calls}
+                    if [ "$1" = restart ]; then
+                      sleep "${{FAKE_RESTART_SLEEP:-0}}"; exit "${{FAKE_RESTART_RC:-0}}"
+                    fi
+                    sleep "${{FAKE_{name.upper()}_SLEEP:-0}}"
+                    cat {root / name}.out
+                    exit "${{FAKE_{name.upper()}_RC:-0}}"
+                    """
+                )
+            )
+            script.chmod(0o755)
+
+    def write(self) -> None:
+        (self.root / "systemctl.out").write_text("".join(f"{k}={v}\n" for k, v in self.props.items()))
+        (self.root / "journalctl.out").write_text("".join(f"{line}\n" for line in self.journal))
+
+    def called(self) -> list[str]:
+        return self.calls.read_text().splitlines()
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    host = FakeHost(tmp_path)
+    host.props["ControlGroup"] = own_cgroup()
+    host.write()
+    monkeypatch.setenv("PATH", f"{host.bin}:{os.environ['PATH']}")
+    return host
+
+
+@pytest.fixture
+def scheduler():
+    """A child process titled like a scheduler, with NCCL values in its environment."""
+    title = f"kdtree-test::scheduler_TP0-{os.getpid()}"
+    proc = subprocess.Popen([title, "60"], executable="/bin/sleep", env={"NCCL_ALGO": "Ring"})
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        if Path(f"/proc/{proc.pid}/cmdline").read_bytes().startswith(title.encode()):
+            break
+        time.sleep(0.01)
+    yield proc.pid, title
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture(scope="module")
+def health_server():
+    """http://127.0.0.1:PORT/health answers 200; /busy answers 503."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/health" else 503)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_read_host_reads_the_unit_the_run_s_journal_health_and_the_schedulers(
+    hu, marker, fake, scheduler, health_server
+):
+    pid, title = scheduler
+    line = marker.format_line({"pid": pid, "state": "active", "title": title})
+    gave_up = f"kdtree-verify-fallback: pid={pid} state=fallback reason=x"
+    fake.journal = ["noise", line, gave_up]
+    fake.write()
+    query = hu.Query(
+        unit="sglang",
+        invocation_id=INVOCATION,
+        health_url=f"{health_server}/health",
+        scheduler_prefix=title,
+    )
+    snap = hu.read_host(query, marker)
+    assert snap.props["ActiveState"] == "active"
+    assert snap.journal == ["noise", line, gave_up]
+    assert [(m.pid, m.state) for m in snap.markers] == [(pid, "active")]
+    assert [(f.pid, f.line) for f in snap.runtime_fallbacks] == [(pid, gave_up)]
+    assert snap.health == "200"
+    assert [(p.pid, p.environ) for p in snap.schedulers] == [(pid, {"NCCL_ALGO": "Ring"})]
+    assert snap.schedulers[0].title.startswith(title)
+    assert f"journalctl -o cat --no-pager _SYSTEMD_INVOCATION_ID={INVOCATION}" in fake.called()
+    assert hu.Snapshot.from_dict(json.loads(json.dumps(snap.to_dict()))) == snap
+
+
+def test_read_host_reads_the_journal_before_the_unit_state(hu, fake):
+    hu.read_host(hu.Query(unit="sglang", invocation_id=INVOCATION))
+    assert [call.split()[0] for call in fake.called()] == ["journalctl", "systemctl"]
+
+
+def test_without_a_marker_module_no_markers_are_parsed(hu, marker, fake):
+    fake.journal = [marker.format_line({"pid": 7, "state": "active"})]
+    fake.write()
+    snap = hu.read_host(hu.Query(unit="sglang", invocation_id=INVOCATION))
+    assert snap.markers == []
+    assert len(snap.journal) == 1
+
+
+def test_no_invocation_reads_the_unit_s_current_run(hu, fake):
+    fake.props["InvocationID"] = "f" * 32
+    fake.write()
+    snap = hu.read_host(hu.Query(unit="sglang"))
+    assert snap.invocation_id == "f" * 32
+    assert fake.called()[-1] == f"journalctl -o cat --no-pager _SYSTEMD_INVOCATION_ID={'f' * 32}"
+
+
+def test_a_journal_only_read_runs_nothing_else(hu, fake):
+    snap = hu.read_host(hu.Query(unit="sglang", invocation_id=INVOCATION), parts=frozenset(("journal",)))
+    assert [call.split()[0] for call in fake.called()] == ["journalctl"]
+    assert snap.props == {}
+    assert snap.health == ""
+
+
+def test_a_hung_journalctl_times_out(hu, fake, monkeypatch):
+    monkeypatch.setattr(hu, "COMMAND_TIMEOUT_S", 0.3)
+    monkeypatch.setenv("FAKE_JOURNALCTL_SLEEP", "5")
+    started = time.time()
+    with pytest.raises(hu.HostError, match=r"did not finish within 0\.3 s"):
+        hu.read_host(hu.Query(unit="sglang", invocation_id=INVOCATION))
+    assert time.time() - started < 3
+
+
+def test_a_hung_systemctl_show_times_out(hu, fake, monkeypatch):
+    monkeypatch.setattr(hu, "COMMAND_TIMEOUT_S", 0.3)
+    monkeypatch.setenv("FAKE_SYSTEMCTL_SLEEP", "5")
+    with pytest.raises(hu.HostError, match="systemctl show"):
+        hu.read_host(hu.Query(unit="sglang", invocation_id=INVOCATION))
+
+
+def test_a_failing_systemctl_show_is_a_host_error(hu, fake, monkeypatch):
+    monkeypatch.setenv("FAKE_SYSTEMCTL_RC", "1")
+    with pytest.raises(hu.HostError, match="rc=1"):
+        hu.read_host(hu.Query(unit="sglang", invocation_id=INVOCATION))
+
+
+def test_every_host_command_has_a_timeout():
+    tree = ast.parse(SMOKE_HOST.read_text(encoding="utf-8"))
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("subprocess.run", "subprocess.Popen")
+    ]
+    assert calls
+    for call in calls:
+        assert "timeout" in {kw.arg for kw in call.keywords}, ast.unparse(call)
+    module = (ROOT / "plugins" / "modules" / "kdtree_smoke.py").read_text(encoding="utf-8")
+    assert "subprocess" not in module, "the module runs host commands only through smoke_host"
+
+
+@pytest.mark.parametrize(("path", "want"), [("/health", "200"), ("/busy", "503")])
+def test_health_reports_the_status_code(hu, health_server, path, want):
+    snap = hu.read_host(hu.Query(unit="x", health_url=health_server + path), parts=frozenset(("health",)))
+    assert snap.health == want
+
+
+def test_health_reports_a_refused_connection(hu):
+    url = f"http://127.0.0.1:{closed_port()}/health"
+    assert hu.read_host(hu.Query(unit="x", health_url=url), parts=frozenset(("health",))).health == "refused"
+
+
+def test_restart_unit_is_bounded(hu, fake, monkeypatch):
+    monkeypatch.setenv("FAKE_RESTART_SLEEP", "5")
+    with pytest.raises(hu.HostError, match=r"did not return within 0\.3 s"):
+        hu.restart_unit("sglang", 0.3)
+
+
+def test_restart_unit_reports_systemctl_s_failure(hu, fake, monkeypatch):
+    monkeypatch.setenv("FAKE_RESTART_RC", "5")
+    with pytest.raises(hu.HostError, match="rc=5"):
+        hu.restart_unit("sglang", 10)
+    assert fake.called() == ["systemctl restart sglang.service"]
+
+
+def test_load_marker_fails_clearly_without_marker_py(hu, tmp_path):
+    with pytest.raises(hu.MarkerError, match=r"kdtree_verify/marker.py does not exist"):
+        hu.load_marker(str(tmp_path))
+
+
+def test_load_marker_fails_clearly_on_a_broken_marker_py(hu, tmp_path):
+    (tmp_path / "kdtree_verify").mkdir()
+    (tmp_path / "kdtree_verify" / "marker.py").write_text("def match_marker(:\n")
+    with pytest.raises(hu.MarkerError, match=r"cannot load .*SyntaxError"):
+        hu.load_marker(str(tmp_path))
+
+
+def test_load_marker_fails_clearly_on_an_old_marker_py(hu, tmp_path):
+    (tmp_path / "kdtree_verify").mkdir()
+    (tmp_path / "kdtree_verify" / "marker.py").write_text("import re\nMARKER_RE = re.compile('x')\n")
+    with pytest.raises(hu.MarkerError, match="has no match_marker"):
+        hu.load_marker(str(tmp_path))
+
+
+def test_load_marker_loads_the_installed_file_standalone(hu, marker):
+    assert Path(marker.__file__) == PATCH_DIR / "kdtree_verify" / "marker.py"
+    assert marker.__name__ == "kdtree_smoke_host_marker"  # by path, not as the kdtree_verify package
+
+
+def test_smoke_host_runs_standalone_without_ansible(tmp_path):
+    """scripts/fleet/hostread.py sends this file to a host's bare python3: stdlib only."""
+    driver = SMOKE_HOST.read_text(encoding="utf-8") + textwrap.dedent(
+        """
+        import json
+        snap = read_host(Query(unit="x"), parts=frozenset())
+        print(json.dumps(snap.to_dict()))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-"],
+        input=driver,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert json.loads(out.stdout)["props"] == {}
+
+
+def test_hostread_reads_a_host_with_read_host(hu, marker, fake, scheduler, health_server, tmp_path):
+    """scripts/fleet/hostread.py's program, run here the way `podman exec -i HOST python3 -` runs it."""
+    sys.path.insert(0, str(ROOT / "scripts" / "fleet"))
+    try:
+        hostread = importlib.import_module("hostread")
+    finally:
+        sys.path.remove(str(ROOT / "scripts" / "fleet"))
+    assert hostread.smoke_host is hu
+    pid, title = scheduler
+    fake.props["DropInPaths"] = "/etc/systemd/system/sglang.service.d/50-kdtree.conf"
+    fake.journal = [marker.format_line({"pid": pid, "state": "active", "title": title})]
+    fake.write()
+    build_info = tmp_path / "BUILD_INFO"
+    build_info.write_text("id=20261129-abc arch=sm_120\n")
+    script = hostread.host_script(
+        unit="sglang",
+        health_url=f"{health_server}/health",
+        patch_dir=str(PATCH_DIR),
+        build_info=str(build_info),
+        scheduler_prefix=title,
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-"],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    data = json.loads(out.stdout)
+    state = hostread.summarize(hu.Snapshot.from_dict(data["snapshot"]), data["build_info"])
+    assert state == {
+        "active": "active",
+        "dropin": True,
+        "health": "200",
+        "build": "20261129-abc",
+        "arch": "sm_120",
+        "schedulers": [{"pid": pid, "title": title, "marker": "active"}],
+    }
