@@ -1,0 +1,84 @@
+"""roles/kdtree_smoke through ansible-playbook on localhost: required inputs, the patch_dir guard
+(before anything is restarted), tags that run alone, check mode. Nothing here restarts a unit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+
+PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
+PATCH_DIR = ROOT / "roles" / "kdtree_patch" / "files" / "sglang_ext"
+INPUTS = {"kdtree_smoke_service_name": "sglang-test", "kdtree_smoke_health_url": "http://127.0.0.1:1/health"}
+
+pytestmark = pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv")
+
+
+def play(tmp_path: Path, role_vars: dict, *extra: str) -> subprocess.CompletedProcess:
+    playbook = tmp_path / "smoke.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Smoke role",
+                    "hosts": "localhost",
+                    "gather_facts": False,
+                    "tasks": [
+                        {
+                            "name": "Run the role",
+                            "ansible.builtin.import_role": {"name": "kdtree.fleet.kdtree_smoke"},
+                            "vars": role_vars,
+                        }
+                    ],
+                }
+            ]
+        )
+    )
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    return subprocess.run(
+        [
+            str(PLAYBOOK_BIN),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            str(playbook),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=180,
+        check=False,
+    )
+
+
+def test_service_name_and_health_url_are_required(tmp_path):
+    out = play(tmp_path, {"kdtree_smoke_marker_state": ""})
+    assert out.returncode != 0
+    assert "kdtree_smoke_service_name" in out.stdout
+    assert "kdtree_smoke_health_url" in out.stdout
+    assert "Restart the unit and watch its new run" not in out.stdout
+
+
+@pytest.mark.parametrize("tags", [[], ["--tags", "kdtree_smoke"], ["--tags", "kdtree_smoke_run"]])
+def test_a_marker_state_without_patch_dir_fails_before_the_restart_with_any_tag(tmp_path, tags):
+    out = play(tmp_path, INPUTS, *tags)
+    assert out.returncode != 0
+    assert "kdtree_smoke_patch_dir is empty" in out.stdout
+    assert "sglang-test was not restarted" in out.stdout
+    assert "Restart the unit and watch its new run" not in out.stdout
+
+
+def test_check_mode_runs_the_module_and_changes_nothing(tmp_path):
+    out = play(tmp_path, {**INPUTS, "kdtree_smoke_patch_dir": str(PATCH_DIR)}, "--check")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "check mode: would restart and watch sglang-test.service" in out.stdout
