@@ -5,7 +5,7 @@ for one invocation, the HTTP health GET and /proc (cgroup, cmdline, environ of t
 processes). restart_unit() is the check's only action. Deciding what a snapshot means is the
 module's judge() (plugins/modules/kdtree_smoke.py); it never reads the host.
 
-Stdlib only and without imports of other module_utils: scripts/fleet/hostread.py sends this file's
+Stdlib only and without imports of other module_utils: scripts/testhosts/hostread.py sends this file's
 source to a test host's python3 and calls read_host() there.
 
 Marker lines are parsed with the host's installed kdtree_verify/marker.py (load_marker): the

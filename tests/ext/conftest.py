@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,10 +12,6 @@ EXT_DIR = ROOT / "roles" / "kdtree_patch" / "files" / "sglang_ext"
 DOUBLE_DIR = ROOT / "tests" / "doubles" / "sglang_double"
 DEBIAN_PYTHON = Path("/usr/bin/python3")
 DEBIAN_SITECUSTOMIZE = Path("/usr/lib/python3.11/sitecustomize.py")
-
-for path in (str(EXT_DIR), str(Path(__file__).resolve().parent)):
-    if path not in sys.path:
-        sys.path.insert(0, path)
 
 
 @pytest.fixture(autouse=True)

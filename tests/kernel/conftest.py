@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,10 +25,6 @@ ARCHS: tuple[str, ...] = tuple(_ask_build_sh("--list-arches"))
 ANY_ARCH = ARCHS[-1]  # the arch of `any_library`
 BUILD_DIR = Path(os.environ.get("KDTREE_KERNEL_BUILD_DIR", ROOT / "build" / "kernel"))
 NVCC = os.environ.get("KDTREE_NVCC", "/usr/local/cuda-13.0/bin/nvcc")
-
-for extra in (ROOT / "roles" / "kdtree_patch" / "files" / "sglang_ext", ROOT / "bench"):
-    if str(extra) not in sys.path:
-        sys.path.insert(0, str(extra))
 
 
 def build_library(arch: str, out: Path) -> Path:

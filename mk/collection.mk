@@ -1,5 +1,5 @@
-# The kdtree.fleet collection: roles/, plugins/, playbooks/, molecule/, inventory/ (docs/fleet.md).
-.PHONY: demo lint-ansible test-fleet-fast test-molecule test-molecule-default test-molecule-crash \
+# The kdtree.fleet collection: roles/, plugins/, playbooks/, molecule/, inventory/ (docs/operations.md).
+.PHONY: demo lint-ansible test-roles-fast test-molecule test-molecule-default test-molecule-crash \
 	test-molecule-rollback test-molecule-consumer collection bench-smoke bench-noop
 
 FLEET_LOG_DIR := $(ROOT)/.cache/fleet
@@ -8,7 +8,7 @@ FLEET_LOG_DIR := $(ROOT)/.cache/fleet
 demo: venv fleet-up
 	@mkdir -p $(FLEET_LOG_DIR)
 	@rc=0; ansible-playbook playbooks/deploy.yml -l gpu-hosts 2>&1 | tee $(FLEET_LOG_DIR)/demo.log || rc=$$?; \
-	  $(VBIN)/python scripts/fleet/summary.py --log $(FLEET_LOG_DIR)/demo.log; exit $$rc
+	  $(VBIN)/python scripts/testhosts/summary.py --log $(FLEET_LOG_DIR)/demo.log; exit $$rc
 
 # ansible-lint, production profile, configured by .ansible-lint (the collection as a whole).
 lint-ansible: venv
@@ -19,8 +19,8 @@ collection: venv
 	$(VBIN)/ansible-galaxy collection build --force --output-path build .
 
 # Role interfaces, the drop-in template, the smoke module's decisions (no containers).
-test-fleet-fast: venv
-	$(VBIN)/pytest -q tests/fleet
+test-roles-fast: venv
+	$(VBIN)/pytest -q tests/roles
 
 # Molecule on real systemd hosts (podman). One host per scenario, run one after the other; the shared
 # base is .config/molecule/config.yml. consumer: build + install the tarball, deploy from a separate project.
@@ -33,12 +33,12 @@ test-molecule-default test-molecule-crash test-molecule-rollback test-molecule-c
 
 # Time from the traceback reaching the journal to Ansible failing the host (child crash 3 s in).
 bench-smoke: venv fleet-up
-	$(VBIN)/python scripts/fleet/bench_smoke.py --host kdtree-host1
+	$(VBIN)/python bench/smoke.py --host kdtree-host1
 
 # A second deploy over the three hosts: wall time and changed=0.
 bench-noop: venv fleet-up
-	$(VBIN)/python scripts/fleet/bench_noop.py
+	$(VBIN)/python bench/noop.py
 
 LINT_TARGETS += lint-ansible
-TEST_FAST_TARGETS += test-fleet-fast
-TEST_TARGETS += test-fleet-fast test-molecule
+TEST_FAST_TARGETS += test-roles-fast
+TEST_TARGETS += test-roles-fast test-molecule

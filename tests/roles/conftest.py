@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,10 +22,8 @@ def load_yaml(path: Path):
 def smoke_module():
     """The kdtree_smoke module (runs on hosts), imported by its collection path as Ansible loads it.
 
-    collections/ansible_collections/kdtree/fleet links to the repository root, so with collections/
-    on sys.path the module's `ansible_collections.kdtree.fleet.plugins.module_utils` imports resolve.
+    collections/ansible_collections/kdtree/fleet links to the repository root; pyproject.toml puts
+    collections/ on the path, so the module's `ansible_collections.kdtree.fleet.plugins.module_utils`
+    imports resolve.
     """
-    collections = str(ROOT / "collections")
-    if collections not in sys.path:
-        sys.path.insert(0, collections)
     return importlib.import_module("ansible_collections.kdtree.fleet.plugins.modules.kdtree_smoke")

@@ -273,7 +273,7 @@ def test_load_marker_loads_the_installed_file_standalone(hu, marker):
 
 
 def test_smoke_host_runs_standalone_without_ansible(tmp_path):
-    """scripts/fleet/hostread.py sends this file to a host's bare python3: stdlib only."""
+    """scripts/testhosts/hostread.py sends this file to a host's bare python3: stdlib only."""
     driver = SMOKE_HOST.read_text(encoding="utf-8") + textwrap.dedent(
         """
         import json
@@ -293,12 +293,12 @@ def test_smoke_host_runs_standalone_without_ansible(tmp_path):
 
 
 def test_hostread_reads_a_host_with_read_host(hu, marker, fake, scheduler, health_server, tmp_path):
-    """scripts/fleet/hostread.py's program, run here the way `podman exec -i HOST python3 -` runs it."""
-    sys.path.insert(0, str(ROOT / "scripts" / "fleet"))
+    """scripts/testhosts/hostread.py's program, run here the way `podman exec -i HOST python3 -` runs it."""
+    sys.path.insert(0, str(ROOT / "scripts" / "testhosts"))
     try:
         hostread = importlib.import_module("hostread")
     finally:
-        sys.path.remove(str(ROOT / "scripts" / "fleet"))
+        sys.path.remove(str(ROOT / "scripts" / "testhosts"))
     assert hostread.smoke_host is hu
     pid, title = scheduler
     fake.props["DropInPaths"] = "/etc/systemd/system/sglang.service.d/50-kdtree.conf"

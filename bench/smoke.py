@@ -13,7 +13,10 @@ import logging
 import re
 import subprocess
 import sys
+from pathlib import Path
 
+# the local test fleet's helpers (run a playbook, read its recap) live with the fleet's scripts
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "testhosts"))
 from playrun import run_playbook
 
 CRASH = {"SGLANG_DOUBLE_CRASH_AFTER": "3", "SGLANG_DOUBLE_LOAD_SECONDS": "30"}

@@ -9,7 +9,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
+# the local test fleet's helpers (run a playbook, read its recap) live with the fleet's scripts
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "testhosts"))
 from playrun import run_playbook
 from summary import parse_recap
 

@@ -90,7 +90,7 @@ def test_inventories_do_not_restate_role_defaults():
     for inventory in ("local", "production"):
         group_vars = load_yaml(ROOT / "inventory" / inventory / "group_vars" / "gpu-hosts.yml")
         same = [k for k, v in group_vars.items() if k in defaults and defaults[k] == v]
-        # the production example names its mode on purpose (docs/fleet.md, "Modes")
+        # the production example names its mode on purpose (docs/operations.md, "Modes")
         assert [k for k in same if k != "kdtree_service_verify_mode"] == [], inventory
 
 
