@@ -50,6 +50,10 @@ class MarkerError(Exception):
     """The host's marker.py is missing or cannot be used."""
 
 
+# SGLang's process title of a scheduler (one per TP rank: sglang::scheduler_TP0, ...).
+SCHEDULER_PREFIX = "sglang::scheduler"
+
+
 @dataclass
 class Query:
     """What to read: the unit, which run's journal, where /health is, which processes are schedulers."""
@@ -57,7 +61,7 @@ class Query:
     unit: str
     invocation_id: str = ""  # "" = the unit's current invocation
     health_url: str = ""
-    scheduler_prefix: str = "sglang::scheduler"
+    scheduler_prefix: str = SCHEDULER_PREFIX
 
 
 @dataclass

@@ -99,9 +99,11 @@ options:
     type: float
     default: 10
   timeout_s:
-    description: Seconds from the restart within which the run must be healthy.
+    description:
+      - Seconds from the restart within which the run must be healthy.
+      - Required, no default here; the kdtree_smoke role's O(kdtree_smoke_timeout_s) is the one default.
     type: float
-    default: 900
+    required: true
   poll_s:
     description: Seconds between two looks at the host.
     type: float
@@ -276,6 +278,7 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kdtree.fleet.plugins.module_utils.smoke_host import (
+    SCHEDULER_PREFIX,
     HostError,
     MarkerError,
     Query,
@@ -292,12 +295,12 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "restart_timeout_s": {"type": "float", "default": 300.0},
     "run": {"type": "dict", "default": {}, "options": RUN_SUBOPTIONS, "apply_defaults": True},
     "chunk_s": {"type": "float", "default": 10.0},
-    "timeout_s": {"type": "float", "default": 900.0},
+    "timeout_s": {"type": "float", "required": True},
     "poll_s": {"type": "float", "default": 0.25},
     "settle_s": {"type": "float", "default": 3.0},
     "health_url": {"type": "str", "required": True},
     "expected_schedulers": {"type": "int", "default": 0},
-    "scheduler_prefix": {"type": "str", "default": "sglang::scheduler"},
+    "scheduler_prefix": {"type": "str", "default": SCHEDULER_PREFIX},
     "marker_state": {"type": "str", "default": "active"},
     "patch_dir": {"type": "path", "default": ""},
     "nccl_env": {"type": "dict", "default": {}},
@@ -342,11 +345,11 @@ class Wanted:
 
     unit: str
     run: RunState
+    timeout_s: float
     expected_schedulers: int = 0
     marker_state: str = "active"
     nccl_env: dict[str, Any] = field(default_factory=dict)
     settle_s: float = 3.0
-    timeout_s: float = 900.0
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,23 @@ if str(ROOT / "collections") not in sys.path:
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import smoke_host  # noqa: E402
 
-UNIT = "sglang"
-HEALTH_URL = "http://127.0.0.1:30000/health"
-PATCH_DIR = "/opt/kdtree/sglang_ext"
-BUILD_INFO = "/opt/kdtree/current/BUILD_INFO"
-SCHEDULER_PREFIX = "sglang::scheduler"
-DROPIN = "50-kdtree.conf"
+
+def _role_default(role: str, name: str) -> Any:
+    """A role's default, read from the role itself (the one owner): the test hosts use the defaults."""
+    import yaml
+
+    with open(ROOT / "roles" / role / "defaults" / "main.yml", encoding="utf-8") as handle:
+        return yaml.safe_load(handle)[name]
+
+
+UNIT = _role_default("kdtree_service", "kdtree_service_name")
+HEALTH_URL = (
+    f"http://{_role_default('kdtree_service', 'kdtree_service_host')}:"
+    f"{_role_default('kdtree_service', 'kdtree_service_port')}/health"
+)
+PATCH_DIR = _role_default("kdtree_patch", "kdtree_patch_dir")
+BUILD_INFO = f"{_role_default('kdtree_build', 'kdtree_build_root')}/current/BUILD_INFO"
+DROPIN = _role_default("kdtree_service", "kdtree_service_dropin_name")
 EXEC_TIMEOUT_S = 60
 
 # Appended to smoke_host.py's source on the host; the settings come first as one JSON literal.
@@ -62,7 +73,7 @@ def host_script(
     health_url: str = HEALTH_URL,
     patch_dir: str = PATCH_DIR,
     build_info: str = BUILD_INFO,
-    scheduler_prefix: str = SCHEDULER_PREFIX,
+    scheduler_prefix: str = smoke_host.SCHEDULER_PREFIX,
 ) -> str:
     """The program `python3 -` runs on the host: read_host's module, the settings, the driver."""
     settings = {

@@ -394,7 +394,9 @@ def adhoc(args: dict, *extra: str) -> tuple[int, dict]:
 
 @pytest.mark.skipif(not (ANSIBLE_BIN / "ansible").exists(), reason="needs the tools venv")
 def test_through_ansible_check_mode_reports_the_restart_with_every_documented_key(smoke_module):
-    rc, result = adhoc({"unit": "sglang", "restart": True, "health_url": "http://127.0.0.1:1/h"}, "--check")
+    rc, result = adhoc(
+        {"unit": "sglang", "restart": True, "health_url": "http://127.0.0.1:1/h", "timeout_s": 60}, "--check"
+    )
     assert rc == 0, result
     assert result["changed"] is True
     assert result["state"] == "ok"
@@ -404,7 +406,13 @@ def test_through_ansible_check_mode_reports_the_restart_with_every_documented_ke
 @pytest.mark.skipif(not (ANSIBLE_BIN / "ansible").exists(), reason="needs the tools venv")
 def test_through_ansible_a_missing_marker_py_fails_clearly(tmp_path):
     rc, result = adhoc(
-        {"unit": "sglang", "restart": True, "health_url": "http://127.0.0.1:1/h", "patch_dir": str(tmp_path)}
+        {
+            "unit": "sglang",
+            "restart": True,
+            "health_url": "http://127.0.0.1:1/h",
+            "timeout_s": 60,
+            "patch_dir": str(tmp_path),
+        }
     )
     assert rc != 0
     assert result["state"] == "failed"

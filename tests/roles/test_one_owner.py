@@ -1,0 +1,111 @@
+"""Each fact the collection relies on is written in one place; everything else receives it.
+
+Code only: comments, docstrings and a module's DOCUMENTATION/EXAMPLES/RETURN are prose, and
+meta/argument_specs.yml repeats a default on purpose (test_role_interfaces pins it to defaults/main.yml).
+Test expectations (molecule/, tests/) read hosts independently and are not searched.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+
+import pytest
+from conftest import ROOT
+
+DOC_NAMES = {"DOCUMENTATION", "EXAMPLES", "RETURN"}
+SEARCHED = ("roles", "plugins", "playbooks", "inventory", "meta", "scripts/testhosts", "bench", "mk")
+SKIPPED_PARTS = {"__pycache__", "files"}  # roles/*/files: the patch and kernel have their own owner tests
+
+
+def _python_code(text: str) -> str:
+    """The source without comments, docstrings and documentation assignments."""
+    tree = ast.parse(text)
+    drop: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            value = body[0].value
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                drop.update(range(body[0].lineno, body[0].end_lineno + 1))
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id in DOC_NAMES for t in node.targets
+        ):
+            drop.update(range(node.lineno, node.end_lineno + 1))
+    lines = text.splitlines()
+    kept = "\n".join("" if i + 1 in drop else line for i, line in enumerate(lines))
+    out = []
+    for tok in tokenize.generate_tokens(io.StringIO(kept).readline):
+        if tok.type != tokenize.COMMENT:
+            out.append(tok)
+    return tokenize.untokenize(out)
+
+
+def _other_code(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+
+
+def _code_files() -> dict[str, str]:
+    files: dict[str, str] = {}
+    for top in SEARCHED:
+        for path in sorted((ROOT / top).rglob("*")):
+            rel = path.relative_to(ROOT)
+            if not path.is_file() or (SKIPPED_PARTS & set(rel.parts[:-1]) and rel.parts[0] == "roles"):
+                continue
+            if (
+                "__pycache__" in rel.parts
+                or path.suffix in (".md", ".pyc")
+                or path.name == "argument_specs.yml"
+            ):
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            files[str(rel)] = _python_code(text) if path.suffix == ".py" else _other_code(text)
+    for name in ("Makefile", "galaxy.yml", "ansible.cfg"):
+        files[name] = _other_code((ROOT / name).read_text(encoding="utf-8"))
+    return files
+
+
+CODE = _code_files()
+
+# fact -> (pattern in code, the one file allowed to write it)
+FACTS = {
+    "stock unit backup directory": (r"/var/lib/kdtree/stock", "roles/kdtree_service/defaults/main.yml"),
+    "drop-in file name": (r"50-kdtree\.conf", "roles/kdtree_service/defaults/main.yml"),
+    "health URL": (r"/health\b", "roles/kdtree_service/tasks/facts.yml"),
+    "smoke-check timeout": (r"\b900\b", "roles/kdtree_smoke/defaults/main.yml"),
+    "server port": (r"\b30000\b", "roles/kdtree_service/defaults/main.yml"),
+    "scheduler process title": (r"sglang::scheduler", "plugins/module_utils/smoke_host.py"),
+    "patch install directory": (r"/opt/kdtree/sglang_ext", "roles/kdtree_patch/defaults/main.yml"),
+}
+# Test-host tooling allowed to spell a fact out: the test double's own stock unit and its installer
+# (the operator's side of a test host, not kdtree), and the demo's host reader, which builds the
+# health URL of a test host from the service role's host and port defaults.
+DOUBLE_SIDE = {
+    "scripts/testhosts/fleet.sh",
+    "scripts/testhosts/install-double.sh",
+    "scripts/testhosts/hostread.py",
+}
+
+
+@pytest.mark.parametrize("fact", sorted(FACTS))
+def test_each_fact_is_written_only_by_its_owner(fact):
+    pattern, owner = FACTS[fact]
+    where = sorted(name for name, code in CODE.items() if re.search(pattern, code))
+    assert owner in where, f"{fact}: the owner {owner} no longer writes it"
+    assert [name for name in where if name != owner and name not in DOUBLE_SIDE] == [], fact
+
+
+def test_no_playbook_vars_file_restates_role_defaults():
+    assert not (ROOT / "playbooks" / "vars").exists()
+
+
+def test_the_marker_format_is_written_only_by_marker_py():
+    where = sorted(name for name, code in CODE.items() if re.search(r"kdtree-verify(-fallback)?:", code))
+    assert where == [], where
+
+
+def test_the_code_filter_drops_prose_but_keeps_code():
+    code = _python_code('"""doc 900"""\nX = 1  # 900\nEXAMPLES = "900"\ny = "900"\n')
+    assert "900" in code and code.count("900") == 1
