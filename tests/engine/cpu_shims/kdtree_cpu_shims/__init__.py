@@ -1,0 +1,114 @@
+"""CPU shims (test hosts only, not product code): SGLang plugin that fills two generic-platform gaps.
+
+Loaded through SGLang's public plugin API: the entry point `kdtree_cpu_shims` in group
+`sglang.srt.plugins` (declared by `../kdtree_cpu_shims-0.5.23.dist-info/entry_points.txt`, found by
+importlib.metadata because this directory is on the unit's PYTHONPATH; nothing is installed into the
+venv). `load_plugins()` runs `register()` in the launcher, every scheduler and the detokenizer, then
+`HookRegistry.apply_hooks()` wraps the targets (and rebinds `from X import f` copies).
+
+Why: SGLang 0.5.23 on the generic platform (`--device cpu` without the official CPU engine, whose
+sgl-kernel CPU build is not on the package index) has no branch for two speculative-decoding helpers
+that NGRAM verify needs:
+- `kernels/ops/speculative/cache_locs.py` `assign_extend_cache_locs_func` returns None (then
+  `k_cache[indices] = k` crashes). Its CUDA/XPU branch launches SGLang's Triton kernel
+  `assign_extend_cache_locs`; the AROUND hook launches that same kernel.
+- `kernels/ops/speculative/spec_tree.py` `verify_tree_greedy_func` only calls a no-op and returns
+  uninitialised accept counts (IndexError later). Its XPU branch calls SGLang's Triton
+  `verify_tree_greedy_triton`; the AROUND hook calls that.
+Both kernels run on CPU tensors under TRITON_INTERPRET=1. On any platform SGLang does serve (CUDA, HIP,
+MUSA, XPU, NPU, the CPU engine, an out-of-tree platform) the hooks call the original unchanged.
+Each hook prints one `kdtree-cpu-shims:` line on stderr at its first generic-platform call.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import sys
+
+CACHE_LOCS = "sglang.kernels.ops.speculative.cache_locs.assign_extend_cache_locs_func"
+VERIFY_GREEDY = "sglang.kernels.ops.speculative.spec_tree.verify_tree_greedy_func"
+
+CALLS = {CACHE_LOCS: 0, VERIFY_GREEDY: 0}
+
+
+def _say(msg: str) -> None:
+    print(f"kdtree-cpu-shims: pid={os.getpid()} {msg}", file=sys.stderr, flush=True)
+
+
+@functools.lru_cache(maxsize=1)
+def generic_platform() -> bool:
+    """True when SGLang runs on none of its own platforms (the case the shims exist for)."""
+    from sglang.srt.platforms import current_platform
+    from sglang.srt.utils import is_cpu, is_cuda, is_hip, is_musa, is_npu, is_xpu
+
+    if current_platform.is_out_of_tree():
+        return False
+    return not any(f() for f in (is_cuda, is_hip, is_musa, is_xpu, is_npu, is_cpu))
+
+
+def _bind(original, args, kwargs):
+    bound = inspect.signature(original).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound.arguments
+
+
+def _count(target: str, detail: str) -> None:
+    CALLS[target] += 1
+    if CALLS[target] == 1:
+        _say(f"first generic-platform call of {target.rsplit('.', 1)[1]} -> {detail}")
+
+
+def assign_extend_cache_locs_around(original, *args, **kwargs):
+    if not generic_platform():
+        return original(*args, **kwargs)
+    import torch
+    from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs
+    from sglang.srt.utils import next_power_of_2
+
+    a = _bind(original, args, kwargs)
+    _count(CACHE_LOCS, "SGLang Triton assign_extend_cache_locs")
+    bs, n = a["batch_size"], a["draft_token_num"]
+    out_cache_loc = torch.empty((bs * n,), dtype=torch.int64, device=a["device"])
+    # The same launch as the function's own CUDA/XPU branch.
+    assign_extend_cache_locs[(bs,)](
+        a["req_pool_indices"],
+        a["req_to_token"],
+        a["start_offset"],
+        a["end_offset"],
+        out_cache_loc,
+        a["req_to_token"].shape[1],
+        next_power_of_2(bs),
+    )
+    return out_cache_loc
+
+
+def verify_tree_greedy_around(original, *args, **kwargs):
+    if not generic_platform():
+        return original(*args, **kwargs)
+    from sglang.kernels.ops.speculative.spec_tree import verify_tree_greedy_triton
+
+    a = _bind(original, args, kwargs)
+    _count(VERIFY_GREEDY, "SGLang Triton verify_tree_greedy_triton")
+    # The same call as the function's own XPU branch (topk is not used there either).
+    verify_tree_greedy_triton(
+        predicts=a["predicts"],
+        accept_index=a["accept_index"],
+        accept_token_num=a["accept_token_num"],
+        candidates=a["candidates"],
+        retrieve_index=a["retrieve_index"],
+        retrieve_next_token=a["retrieve_next_token"],
+        retrieve_next_sibling=a["retrieve_next_sibling"],
+        target_predict=a["target_predict"],
+    )
+    return a["predicts"], a["accept_index"], a["accept_token_num"]
+
+
+def register() -> None:
+    """The `sglang.srt.plugins` entry point: register both AROUND hooks (public API only)."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(CACHE_LOCS, assign_extend_cache_locs_around, HookType.AROUND)
+    HookRegistry.register(VERIFY_GREEDY, verify_tree_greedy_around, HookType.AROUND)
+    _say(f"registered AROUND hooks on {CACHE_LOCS} and {VERIFY_GREEDY}")
