@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the test fleet needs (podman, runc, debootstrap).
+# Installs the Debian packages the test fleet needs (podman, runc, debootstrap) and those the real
+# SGLang engine needs here: python3.11-venv (the engine venv is made from Debian's /usr/bin/python3.11
+# so that test hosts can run it) and ninja-build (SGLang JIT-compiles NGRAM's corpus with ninja).
 # Idempotent: does nothing when they are already there.
 set -euo pipefail
 need=()
-for pkg in podman runc debootstrap; do
+for pkg in podman runc debootstrap python3.11-venv ninja-build; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if ((${#need[@]})); then

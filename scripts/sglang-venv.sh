@@ -4,22 +4,30 @@
 # import time (listed below; the import check at the end fails when one is missing). The SGLang
 # 0.5.23 facts the patch relies on (the forward_extend signature, spawned schedulers, the plugin
 # hook) are summarised in roles/kdtree_patch/files/sglang_ext/README.md.
-# A stamp holding the hash of this script makes a second run a no-op; change the script and the
-# venv is rebuilt.
+# A stamp holding the hash of this script and the base interpreter (its real path and version) makes
+# a second run a no-op; change the script or the python and the venv is rebuilt.
+# The test hosts' real engine (tests/engine) needs the venv made from Debian's /usr/bin/python3.11:
+# bind-mounted read-only into a Debian 12 host at the same path, it then runs with the host's python.
 # Usage: scripts/sglang-venv.sh <venv-dir> [python]
 set -euo pipefail
 
 venv=${1:?usage: sglang-venv.sh <venv-dir> [python]}
 python=${2:-python3}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-want=$(sha256sum "$here/sglang-venv.sh" | cut -d' ' -f1)
+base=$("$python" -c 'import os, sys; print(os.path.realpath(sys.executable), sys.version.split()[0])')
+want="$(sha256sum "$here/sglang-venv.sh" | cut -d' ' -f1) $base"
 stamp="$venv/.kdtree-stamp"
+# One build at a time per venv (make -j may ask for it from several targets).
+mkdir -p "$(dirname "$venv")"
+exec 9>"$venv.lock"
+flock 9
 
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-  echo "sglang venv: reusing $venv"
+  echo "sglang venv: reusing $venv ($base)"
   exit 0
 fi
 
+echo "sglang venv: building $venv from $base"
 rm -rf "$venv"
 "$python" -m venv "$venv"
 pip=("$venv/bin/pip" install -q --no-input)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the kdtree-fleet test-host image: a Debian 12 (bookworm) minbase root file system with
-# systemd as init, Debian's python3 + venv, g++ (host compiler for nvcc) and a few tools, imported
+# systemd as init, Debian's python3 + venv, g++ (host compiler for nvcc), ninja-build (the real SGLang
+# engine JIT-compiles its NGRAM corpus with ninja + g++: tests/engine) and a few tools, imported
 # into podman as localhost/kdtree-testhost:bookworm. No container registry is needed.
 #
 # Cached: the image carries the label kdtree.recipe=<sha256 of the recipe, see recipe_hash>; when an image with that
@@ -13,7 +14,7 @@ set -euo pipefail
 
 IMAGE="${KDTREE_TESTHOST_IMAGE:-localhost/kdtree-testhost:bookworm}"
 SUITE=bookworm
-PACKAGES=systemd,systemd-sysv,python3,python3-venv,dbus,iproute2,procps,g++,curl,ca-certificates
+PACKAGES=systemd,systemd-sysv,python3,python3-venv,dbus,iproute2,procps,g++,curl,ca-certificates,ninja-build
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 CACHE="$ROOT/.cache/testhost"
