@@ -18,12 +18,18 @@ that NGRAM verify needs:
 Both kernels run on CPU tensors under TRITON_INTERPRET=1. On any platform SGLang does serve (CUDA, HIP,
 MUSA, XPU, NPU, the CPU engine, an out-of-tree platform) the hooks call the original unchanged.
 Each hook prints one `kdtree-cpu-shims:` line on stderr at its first generic-platform call.
+
+Diagnostic (opt-in, for tests): with KDTREE_CPU_SHIMS_STATUS_DIR set, every verify step (one
+`verify_tree_greedy_func` call) writes `<dir>/<pid>.json` with this plugin's call counts and, when the
+kdtree patch (`kdtree_verify`) is loaded in the process, its `status()`: state, reason and the counts of
+how each verify call was routed. The scheduler's own state is otherwise invisible from outside.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import json
 import os
 import sys
 
@@ -58,6 +64,27 @@ def _count(target: str, detail: str) -> None:
     CALLS[target] += 1
     if CALLS[target] == 1:
         _say(f"first generic-platform call of {target.rsplit('.', 1)[1]} -> {detail}")
+
+
+def _write_status() -> None:
+    status_dir = os.environ.get("KDTREE_CPU_SHIMS_STATUS_DIR")
+    if not status_dir:
+        return
+    out: dict = {"pid": os.getpid(), "shim_calls": {k.rsplit(".", 1)[1]: v for k, v in CALLS.items()}}
+    kdtree = sys.modules.get("kdtree_verify")
+    if kdtree is not None:
+        try:
+            out["kdtree_verify"] = kdtree.status()
+        except Exception as exc:  # a diagnostic never breaks serving
+            out["kdtree_verify_error"] = f"{type(exc).__name__}: {exc}"
+    try:
+        os.makedirs(status_dir, exist_ok=True)
+        path = os.path.join(status_dir, f"{os.getpid()}.json")
+        with open(path + ".tmp", "w", encoding="utf-8") as fh:
+            json.dump(out, fh, sort_keys=True, default=str)
+        os.replace(path + ".tmp", path)
+    except OSError as exc:
+        _say(f"cannot write the status file: {exc}")
 
 
 def assign_extend_cache_locs_around(original, *args, **kwargs):
@@ -102,6 +129,7 @@ def verify_tree_greedy_around(original, *args, **kwargs):
         retrieve_next_sibling=a["retrieve_next_sibling"],
         target_predict=a["target_predict"],
     )
+    _write_status()
     return a["predicts"], a["accept_index"], a["accept_token_num"]
 
 

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Runs INSIDE a real-engine test host (as root; engine-host.sh copies this directory in). Installs the
+# host's CPU shims and the operator's stock unit for the REAL SGLang engine, enables and starts it,
+# and waits until its health URL answers 200. The venv and the model are not installed here:
+# engine-host.sh bind-mounts them read-only at the paths given with --venv and --model.
+#
+# Usage: engine-install.sh --venv DIR --model DIR [--src DIR] [--no-start] [--wait SECONDS]
+#   DIR of --src (default: this script's directory) holds cpu_shims/, sglang.service (the template,
+#   tests/engine/sglang.service) and engine.env (ENGINE_HEALTH_URL).
+#   --wait: after starting, wait up to SECONDS (default 240; 0 = do not wait) for ENGINE_HEALTH_URL to
+#   answer 200; prints the seconds from `systemctl restart` to healthy.
+# Installs:
+#   /opt/cpu-shims                        tests/engine/cpu_shims (replaced when its content differs)
+#   /etc/systemd/system/sglang.service    the template with @ENGINE_VENV@ / @ENGINE_MODEL@ filled in
+# Idempotent: a second run with the same files changes nothing and leaves a running unit alone.
+set -euo pipefail
+
+SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+VENV=""
+MODEL=""
+START=1
+WAIT=240
+while (($#)); do
+  case "$1" in
+    --src) SRC="$2"; shift 2 ;;
+    --venv) VENV="$2"; shift 2 ;;
+    --model) MODEL="$2"; shift 2 ;;
+    --no-start) START=0; shift ;;
+    --wait) WAIT="$2"; shift 2 ;;
+    *) echo "engine-install: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+SHIMS=/opt/cpu-shims
+UNIT=/etc/systemd/system/sglang.service
+changed=0
+log() { echo "engine-install: $*"; }
+die() { echo "engine-install: $*" >&2; exit 1; }
+
+# shellcheck source=../../tests/engine/engine.env
+source "$SRC/engine.env"
+[[ -n "$VENV" && -n "$MODEL" ]] || die "usage: engine-install.sh --venv DIR --model DIR [--src DIR] [--no-start] [--wait SECONDS]"
+[[ -x "$VENV/bin/python" ]] || die "$VENV/bin/python not found (engine-host.sh bind-mounts the venv)"
+"$VENV/bin/python" -c 'import sys' 2>/dev/null ||
+  die "$VENV/bin/python does not run here (made from a python this host lacks? it must come from /usr/bin/python3.11)"
+[[ -f "$MODEL/config.json" ]] || die "$MODEL/config.json not found (engine-host.sh bind-mounts the model)"
+command -v ninja >/dev/null || die "ninja not found: SGLang JIT-compiles NGRAM's corpus with it (rebuild the image: make testhost-image)"
+command -v g++ >/dev/null || die "g++ not found (rebuild the image: make testhost-image)"
+
+# The shims: replace the directory when its content differs (caches of compiled files ignored).
+content_hash() {
+  (cd "$1" && find . -type f ! -path '*/__pycache__/*' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
+}
+want="$(content_hash "$SRC/cpu_shims")"
+have="$(cat "$SHIMS/.kdtree-shims-hash" 2>/dev/null || true)"
+if [[ "$want" != "$have" ]]; then
+  rm -rf "$SHIMS"
+  mkdir -p "$SHIMS"
+  (cd "$SRC/cpu_shims" && find . -type f ! -path '*/__pycache__/*' -print0 | xargs -0 cp --parents -t "$SHIMS")
+  echo "$want" >"$SHIMS/.kdtree-shims-hash"
+  "$VENV/bin/python" -m compileall -q "$SHIMS" >/dev/null
+  log "installed CPU shims ($want) into $SHIMS"
+  changed=1
+fi
+
+# The stock unit: the template with the two paths filled in; put back when the file differs.
+rendered="$(mktemp)"
+trap 'rm -f "$rendered"' EXIT
+sed -e "s|@ENGINE_VENV@|$VENV|g" -e "s|@ENGINE_MODEL@|$MODEL|g" "$SRC/sglang.service" >"$rendered"
+if grep -q '@ENGINE_' "$rendered"; then
+  die "unfilled placeholder in the unit: $(grep -o '@ENGINE_[A-Z_]*@' "$rendered" | sort -u | tr '\n' ' ')"
+fi
+if ! cmp -s "$rendered" "$UNIT"; then
+  install -m 0644 "$rendered" "$UNIT"
+  systemctl daemon-reload
+  log "installed $UNIT"
+  changed=1
+fi
+
+((START)) || exit 0
+systemctl enable -q sglang.service
+t0=$(date +%s.%N)
+if ((changed)) || ! systemctl is-active -q sglang.service; then
+  systemctl restart sglang.service
+  log "started sglang.service"
+fi
+((WAIT > 0)) || exit 0
+for ((i = 0; i < WAIT * 5; i++)); do
+  code="$(curl -s -o /dev/null -w '%{http_code}' "$ENGINE_HEALTH_URL" || true)"
+  if [[ "$code" == 200 ]]; then
+    log "sglang.service healthy ($ENGINE_HEALTH_URL 200) after $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
+    exit 0
+  fi
+  if [[ "$(systemctl show -p ActiveState --value sglang.service)" == failed ]]; then
+    journalctl -o cat --no-pager _SYSTEMD_INVOCATION_ID="$(systemctl show -p InvocationID --value sglang.service)" |
+      tail -n 40 >&2
+    systemctl status --no-pager sglang.service >&2 || true
+    die "sglang.service failed"
+  fi
+  sleep 0.2
+done
+journalctl -o cat --no-pager _SYSTEMD_INVOCATION_ID="$(systemctl show -p InvocationID --value sglang.service)" |
+  tail -n 20 >&2
+die "sglang.service not healthy after ${WAIT}s"
