@@ -80,15 +80,18 @@ fi
 ((START)) || exit 0
 systemctl enable -q sglang.service
 t0=$(date +%s.%N)
+since="(already running)"
 if ((changed)) || ! systemctl is-active -q sglang.service; then
   systemctl restart sglang.service
   log "started sglang.service"
+  since=""
 fi
 ((WAIT > 0)) || exit 0
 for ((i = 0; i < WAIT * 5; i++)); do
   code="$(curl -s -o /dev/null -w '%{http_code}' "$ENGINE_HEALTH_URL" || true)"
   if [[ "$code" == 200 ]]; then
-    log "sglang.service healthy ($ENGINE_HEALTH_URL 200) after $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
+    [[ -n "$since" ]] || since="$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s after the start"
+    log "sglang.service healthy ($ENGINE_HEALTH_URL 200) $since"
     exit 0
   fi
   if [[ "$(systemctl show -p ActiveState --value sglang.service)" == failed ]]; then
