@@ -160,7 +160,9 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=args.cache))
     try:
         build(tmp)
-        tmp.chmod(0o755)
+        tmp.chmod(0o755)  # mkdtemp makes 0700; a host's service user may not be root
+        for f in tmp.iterdir():
+            f.chmod(0o644)  # save_pretrained writes the safetensors file 0600
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)
