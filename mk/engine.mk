@@ -2,17 +2,13 @@
 # the tiny MLA model, one real-engine host. No test target yet.
 .PHONY: engine-venv engine-model engine-host-up engine-host-down
 
-# Test hosts have Debian's /usr/bin/python3.11 and run the venv bind-mounted read-only at the same path,
-# so the engine venv must be made from that python.
-ENGINE_PYTHON := /usr/bin/python3.11
-# One venv for all suites once mk/ext.mk makes .cache/sglang-venv from $(ENGINE_PYTHON) (SGLANG_PYTHON);
-# until then the engine has its own (.cache/engine-venv). Recursive on purpose: ext.mk is read later.
-ENGINE_VENV ?= $(if $(filter $(ENGINE_PYTHON),$(SGLANG_PYTHON)),$(SGLANG_VENV),$(ROOT)/.cache/engine-venv)
+# The engine runs from the project's one torch+sglang venv (mk/ext.mk: made from Debian's python3.11,
+# bind-mounted read-only into the host at the same path). Recursive on purpose: ext.mk is read later.
+ENGINE_VENV = $(SGLANG_VENV)
 ENGINE_HOST ?= kdtree-engine1
 
-# The venv that runs the real engine (torch 2.14.1 + sglang 0.5.23), made once from /usr/bin/python3.11.
-engine-venv: system-deps
-	bash scripts/sglang-venv.sh $(ENGINE_VENV) $(ENGINE_PYTHON)
+# The venv that runs the real engine: the sglang-venv (one recipe for every suite).
+engine-venv: sglang-venv
 
 # The tiny DeepSeek-V3-style MLA model and tokenizer, made once in .cache/engine-model/<recipe hash>/.
 engine-model: engine-venv

@@ -2,7 +2,9 @@
 .PHONY: test-ext-fast test-sglang sglang-venv bench-startup
 
 SGLANG_VENV := $(ROOT)/.cache/sglang-venv
-SGLANG_PYTHON ?= python3
+# Debian's python (python3.11-venv from system-deps): test hosts run this one venv bind-mounted at the
+# same path, and the real engine then meets Debian's sitecustomize as on an operator's host.
+SGLANG_PYTHON ?= /usr/bin/python3.11
 
 # Torch-free: install/dispatch rules against the double, real interpreters for the injection
 # (spawn children, Debian's sitecustomize chain, error reports, the probe). Needs gcc for tiny .so files.
@@ -10,7 +12,7 @@ test-ext-fast: venv
 	$(VBIN)/pytest -q -p no:cacheprovider tests/ext/fast
 
 # Cached venv with torch==2.14.1 (local disk) and the real sglang==0.5.23 wheel (--no-deps + import-time deps).
-sglang-venv:
+sglang-venv: system-deps
 	bash scripts/sglang-venv.sh $(SGLANG_VENV) $(SGLANG_PYTHON)
 
 # The real wheel: signature binding, `python -m sglang.launch_server --device cpu` scheduler marker,

@@ -13,7 +13,7 @@
 # NAME defaults to kdtree-engine1. The host carries the label kdtree.fleet=engine, so `fleet.sh down`
 # (label kdtree.fleet=testhost) leaves it alone. One real-engine host at a time on a 2-core machine:
 # its server takes about 3 GiB and both cores while it starts.
-# Environment: KDTREE_ENGINE_VENV (default .cache/engine-venv; must be made from /usr/bin/python3.11,
+# Environment: KDTREE_ENGINE_VENV (default .cache/sglang-venv; must be made from /usr/bin/python3.11,
 # which the hosts have too), KDTREE_ENGINE_MODEL (default: the tiny model made by
 # tests/engine/make_tiny_model.py), KDTREE_ENGINE_WAIT (seconds to wait until healthy, default 240),
 # KDTREE_TESTHOST_IMAGE, KDTREE_CUDA_HOME (as fleet.sh).
@@ -21,7 +21,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 IMAGE="${KDTREE_TESTHOST_IMAGE:-localhost/kdtree-testhost:bookworm}"
-VENV="${KDTREE_ENGINE_VENV:-$ROOT/.cache/engine-venv}"
+VENV="${KDTREE_ENGINE_VENV:-$ROOT/.cache/sglang-venv}"
 WAIT="${KDTREE_ENGINE_WAIT:-240}"
 ENGINE_PYTHON=/usr/bin/python3.11
 PODMAN=(podman --runtime runc --cgroup-manager cgroupfs)

@@ -1,7 +1,7 @@
 """Greedy generation with Hugging Face transformers on the tiny model, compared with a server's /generate.
 
 Run with the engine venv's python (it has torch and transformers):
-    .cache/engine-venv/bin/python tests/engine/reference_generate.py --model DIR \
+    .cache/sglang-venv/bin/python tests/engine/reference_generate.py --model DIR \
         [--prompt 3,40,50 ...] [--max-new-tokens 16] [--server http://127.0.0.1:30000]
 
 For every prompt (token ids, comma-separated; three fixed prompts by default) the reference is plain
