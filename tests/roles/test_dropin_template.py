@@ -19,6 +19,7 @@ def render(**over) -> str:
     # required inputs the deploy play hands on from the patch and build roles, and the facts entry point
     variables.update(
         kdtree_service_pythonpath="/opt/kdtree/sglang_ext",
+        _kdtree_service_pythonpath="/opt/kdtree/sglang_ext:/opt/cpu-shims",
         kdtree_service_lib_path="/opt/kdtree/current/libkdtree_verify.so",
         kdtree_service_backup_path="/var/lib/kdtree/stock/sglang.service",
     )
@@ -59,7 +60,7 @@ def test_environment_has_pythonpath_kdtree_and_nccl_values():
     text = render(kdtree_service_nccl_env={"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL"})
     env = lines(text, "Environment=")
     for want in (
-        'Environment="PYTHONPATH=/opt/kdtree/sglang_ext"',
+        'Environment="PYTHONPATH=/opt/kdtree/sglang_ext:/opt/cpu-shims"',
         'Environment="KDTREE_VERIFY=validate"',
         'Environment="KDTREE_LIB=/opt/kdtree/current/libkdtree_verify.so"',
         'Environment="PYTHONUNBUFFERED=1"',

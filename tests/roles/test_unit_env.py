@@ -1,0 +1,86 @@
+"""The service keeps the operator's PYTHONPATH: the unit's environment is read from its files the way
+systemd merges them, and the patch directory is prepended to what the unit already has."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from ansible_collections.kdtree.fleet.plugins.module_utils import unit_env
+from conftest import ROLES
+
+STOCK = """\
+[Unit]
+Description=x
+[Service]
+# Environment=IGNORED=1
+Environment=HF_HUB_OFFLINE=1 "A=with space"
+Environment=PYTHONPATH=/opt/cpu-shims
+ExecStart=/bin/true
+"""
+
+
+def merged(*files: str) -> dict[str, str]:
+    env = unit_env.UnitEnvironment()
+    for index, text in enumerate(files):
+        unit_env.apply_unit_file(env, text, f"file{index}")
+    return env.environment
+
+
+def test_environment_lines_of_the_service_section_are_read_with_systemd_quoting():
+    assert merged(STOCK) == {"HF_HUB_OFFLINE": "1", "A": "with space", "PYTHONPATH": "/opt/cpu-shims"}
+
+
+def test_a_later_drop_in_overrides_and_an_empty_assignment_clears():
+    assert merged(STOCK, "[Service]\nEnvironment=PYTHONPATH=/x\n")["PYTHONPATH"] == "/x"
+    assert merged(STOCK, "[Service]\nEnvironment=\nEnvironment=B=2\n") == {"B": "2"}
+
+
+def test_unset_environment_and_other_sections_and_continuations():
+    text = "[Install]\nEnvironment=NO=1\n[Service]\nEnvironment=C=1 \\\n  D=2\nUnsetEnvironment=C\n"
+    assert merged(text) == {"D": "2"}
+
+
+def test_percent_specifier_escape_is_a_literal_percent():
+    assert merged('[Service]\nEnvironment="P=50%%"\n') == {"P": "50%"}
+
+
+def test_environment_files_are_listed(tmp_path):
+    unit = tmp_path / "u.service"
+    unit.write_text("[Service]\nEnvironmentFile=-/etc/default/sglang\nEnvironment=X=1\n")
+    ours = tmp_path / "50-kdtree.conf"
+    ours.write_text("[Service]\nEnvironment=X=2\n")
+    other = tmp_path / "90-op.conf"
+    other.write_text("[Service]\nEnvironment=Y=3\n")
+    env = unit_env.unit_environment(str(unit), [str(ours), str(other)], exclude=["50-kdtree.conf"])
+    assert env.environment == {"X": "1", "Y": "3"}
+    assert env.environment_files == ["-/etc/default/sglang"]
+    assert env.sources == [str(unit), str(other)]
+
+
+def _prepend_expression() -> str:
+    tasks = yaml.safe_load((ROLES / "kdtree_service" / "tasks" / "main.yml").read_text(encoding="utf-8"))
+    task = next(t for t in tasks if "_kdtree_service_pythonpath" in t.get("ansible.builtin.set_fact", {}))
+    return task["ansible.builtin.set_fact"]["_kdtree_service_pythonpath"]
+
+
+@pytest.mark.parametrize(
+    ("stock", "wanted"),
+    [
+        (None, "/opt/kdtree/sglang_ext"),
+        ("", "/opt/kdtree/sglang_ext"),
+        ("/opt/cpu-shims", "/opt/kdtree/sglang_ext:/opt/cpu-shims"),
+        ("/a::/b:", "/opt/kdtree/sglang_ext:/a:/b"),
+        ("/opt/kdtree/sglang_ext:/a", "/opt/kdtree/sglang_ext:/a"),
+    ],
+)
+def test_the_drop_in_prepends_the_patch_directory_to_the_unit_s_pythonpath(stock, wanted):
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    environment = {} if stock is None else {"PYTHONPATH": stock}
+    variables = {
+        "kdtree_service_pythonpath": "/opt/kdtree/sglang_ext",
+        "__kdtree_service_env": {"environment": environment},
+    }
+    templar = Templar(loader=DataLoader(), variables=variables)
+    assert templar.template(trust_as_template(_prepend_expression())).strip() == wanted
