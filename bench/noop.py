@@ -21,7 +21,7 @@ log = logging.getLogger("bench-noop")
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--limit", default="gpu-hosts")
+    parser.add_argument("--limit", default="double-hosts")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="bench-noop: %(message)s")
     first = run_playbook("deploy.yml", args.limit, echo=False)

@@ -1,11 +1,12 @@
 # The kdtree.fleet collection: roles/, plugins/, playbooks/, molecule/, inventory/ (docs/operations.md).
 .PHONY: demo lint-ansible test-roles-fast test-molecule test-molecule-default test-molecule-crash \
-	test-molecule-rollback test-molecule-consumer collection bench-smoke bench-noop
+	test-molecule-rollback test-molecule-consumer test-molecule-engine collection bench-smoke bench-noop
 
 FLEET_LOG_DIR := $(ROOT)/.cache/fleet
 
-# Build the three local test hosts, deploy to them and print a per-host summary.
-demo: venv fleet-up
+# Build the local test fleet (three hosts with the SGLang test double, one with the real engine), deploy
+# to all four and print a per-host summary that names each host's engine.
+demo: venv fleet-up engine-host-up
 	@mkdir -p $(FLEET_LOG_DIR)
 	@rc=0; ansible-playbook playbooks/deploy.yml -l gpu-hosts 2>&1 | tee $(FLEET_LOG_DIR)/demo.log || rc=$$?; \
 	  $(VBIN)/python scripts/testhosts/summary.py --log $(FLEET_LOG_DIR)/demo.log; exit $$rc
@@ -24,12 +25,18 @@ test-roles-fast: venv
 
 # Molecule on real systemd hosts (podman). One host per scenario, run one after the other; the shared
 # base is .config/molecule/config.yml. consumer: build + install the tarball, deploy from a separate project.
-test-molecule: test-molecule-default test-molecule-crash test-molecule-rollback test-molecule-consumer
+test-molecule: test-molecule-default test-molecule-crash test-molecule-rollback test-molecule-consumer \
+	test-molecule-engine
 
 # One molecule scenario on its own test host (default, crash, rollback, consumer).
 test-molecule-default test-molecule-crash test-molecule-rollback test-molecule-consumer: test-molecule-%: venv testhost-image
 	@start=$$(date +%s); molecule test -s $*; \
 	  echo "molecule $*: passed in $$(( $$(date +%s) - start )) s"
+
+# The real SGLang engine (tests/engine): deploy + generation equality + dispatch counts, rollback, crash.
+test-molecule-engine: venv testhost-image engine-model
+	@start=$$(date +%s); molecule test -s engine; \
+	  echo "molecule engine: passed in $$(( $$(date +%s) - start )) s"
 
 # Time from the traceback reaching the journal to Ansible failing the host (child crash 3 s in).
 bench-smoke: venv fleet-up

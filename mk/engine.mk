@@ -1,5 +1,5 @@
 # The real SGLang engine on test hosts (tests/engine, scripts/testhosts/engine-*.sh): the engine venv,
-# the tiny MLA model, one real-engine host. No test target yet.
+# the tiny MLA model, one real-engine host, and molecule's engine scenario on such a host.
 .PHONY: engine-venv engine-model engine-host-up engine-host-down
 
 # The engine runs from the project's one torch+sglang venv (mk/ext.mk: made from Debian's python3.11,
@@ -11,8 +11,10 @@ ENGINE_HOST ?= kdtree-engine1
 engine-venv: sglang-venv
 
 # The tiny DeepSeek-V3-style MLA model and tokenizer, made once in .cache/engine-model/<recipe hash>/.
+# .cache/engine-model/current links to it: molecule's engine scenario mounts that fixed path.
 engine-model: engine-venv
-	$(ENGINE_VENV)/bin/python tests/engine/make_tiny_model.py
+	@dir=$$($(ENGINE_VENV)/bin/python tests/engine/make_tiny_model.py) && \
+	  ln -sfn "$$(basename "$$dir")" $(ROOT)/.cache/engine-model/current && echo "engine-model: $$dir"
 
 # Start one test host running the real SGLang engine under systemd (ENGINE_HOST, default kdtree-engine1).
 engine-host-up: testhost-image engine-model

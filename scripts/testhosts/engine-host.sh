@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # One test host that runs the REAL SGLang engine (sglang==0.5.23 on the CPU, tests/engine) under
 # systemd: a podman container of localhost/kdtree-testhost:bookworm like the fleet's hosts, plus the
-# engine venv and the tiny MLA model bind-mounted READ-ONLY at the same absolute paths as here.
+# engine venv and the tiny MLA model bind-mounted READ-ONLY at /opt/sglang/venv and /models/tiny-mla
+# (tests/engine/engine.env).
 #
 #   engine-host.sh up [NAME]      build what is missing (image, venv, model; all cached), start the
 #                                 host, wait for systemd, install the CPU shims and the stock unit
 #                                 (engine-install.sh inside), start it and wait until it is healthy
+#   engine-host.sh install [NAME] only the install step, into a running host made elsewhere (molecule)
 #   engine-host.sh down [NAME]    remove the host
 #   engine-host.sh status [NAME]  container, systemd, unit state, health, RSS of the unit's processes
 #   engine-host.sh print-run-args [NAME]   the `podman run` flags (no image, no command)
@@ -59,7 +61,7 @@ run_args() {
   local name="$1" model="$2"
   # The fleet's flags (systemd, runc/cgroupfs, ulimits, the CUDA toolkit read-only), our label.
   KDTREE_FLEET_LABEL=engine bash "$HERE/fleet.sh" print-run-args "$name"
-  printf '%s\n' -v "$VENV:$VENV:ro" -v "$model:$model:ro"
+  printf '%s\n' -v "$VENV:$ENGINE_VENV_MOUNT:ro" -v "$model:$ENGINE_MODEL_MOUNT:ro"
 }
 
 wait_systemd() {
@@ -104,6 +106,21 @@ start_host() {
   log "$name: container started"
 }
 
+# Copies the CPU shims, the stock unit and engine-install.sh into a running host and runs it there
+# (shims to /opt/cpu-shims, the stock unit, start, wait for health). Also used by molecule's engine
+# scenario for the host molecule created with the same mounts.
+install() {
+  local name="$1" stage
+  stage="$(mktemp -d)"
+  cp "$HERE/engine-install.sh" "$ROOT/tests/engine/sglang.service" "$ROOT/tests/engine/engine.env" "$stage/"
+  (cd "$ROOT/tests/engine" && find cpu_shims -type f ! -path '*/__pycache__/*' -print0 | xargs -0 cp --parents -t "$stage")
+  "${PODMAN[@]}" exec "$name" rm -rf /tmp/kdtree-engine
+  "${PODMAN[@]}" cp "$stage" "$name:/tmp/kdtree-engine"
+  rm -rf "$stage"
+  "${PODMAN[@]}" exec "$name" bash /tmp/kdtree-engine/engine-install.sh --venv "$ENGINE_VENV_MOUNT" \
+    --model "$ENGINE_MODEL_MOUNT" --wait "$WAIT" | sed "s/^/[$name] /" >&2
+}
+
 up() {
   local name="$1" t0=$SECONDS
   bash "$HERE/build-image.sh"
@@ -115,14 +132,7 @@ up() {
   start_host "$name" "$model"
   wait_systemd "$name"
   log "$name: systemd up after $((SECONDS - t0)) s"
-  STAGE="$(mktemp -d)"
-  trap 'rm -rf "$STAGE"' EXIT
-  cp "$HERE/engine-install.sh" "$ROOT/tests/engine/sglang.service" "$ROOT/tests/engine/engine.env" "$STAGE/"
-  (cd "$ROOT/tests/engine" && find cpu_shims -type f ! -path '*/__pycache__/*' -print0 | xargs -0 cp --parents -t "$STAGE")
-  "${PODMAN[@]}" exec "$name" rm -rf /tmp/kdtree-engine
-  "${PODMAN[@]}" cp "$STAGE" "$name:/tmp/kdtree-engine"
-  "${PODMAN[@]}" exec "$name" bash /tmp/kdtree-engine/engine-install.sh --venv "$VENV" --model "$model" --wait "$WAIT" |
-    sed "s/^/[$name] /" >&2
+  install "$name"
   log "$name up in $((SECONDS - t0)) s"
   status "$name"
 }
@@ -155,11 +165,12 @@ down() {
 name="${2:-$DEFAULT_NAME}"
 case "${1:-}" in
   up) up "$name" ;;
+  install) install "$name" ;;
   down) down "$name" ;;
   status) status "$name" ;;
   print-run-args) run_args "$name" "$(model_dir)" ;;
   *)
-    echo "usage: $0 up [NAME] | down [NAME] | status [NAME] | print-run-args [NAME]" >&2
+    echo "usage: $0 up [NAME] | install [NAME] | down [NAME] | status [NAME] | print-run-args [NAME]" >&2
     exit 2
     ;;
 esac

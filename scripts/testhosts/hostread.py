@@ -60,11 +60,26 @@ def _build_info(path):
         return {}
 
 
+def _engine():
+    # which SGLang the host's unit runs: the test double installs sglang-0.5.23+testdouble
+    import glob
+
+    found = glob.glob("/opt/sglang/venv/lib/python3*/site-packages/sglang-*.dist-info")
+    if not found:
+        return "-"
+    version = found[0].rsplit("/", 1)[1][len("sglang-") : -len(".dist-info")]
+    return "double" if "testdouble" in version else "real " + version
+
+
 _query = Query(
     unit=_SETTINGS["unit"], health_url=_SETTINGS["health_url"], scheduler_prefix=_SETTINGS["scheduler_prefix"]
 )
 _snap = read_host(_query, _marker(_SETTINGS["patch_dir"]))
-print(_json.dumps({"snapshot": _snap.to_dict(), "build_info": _build_info(_SETTINGS["build_info"])}))
+print(
+    _json.dumps(
+        {"snapshot": _snap.to_dict(), "build_info": _build_info(_SETTINGS["build_info"]), "engine": _engine()}
+    )
+)
 """
 
 
@@ -90,10 +105,11 @@ def host_script(
     )
 
 
-def summarize(snap: smoke_host.Snapshot, build_info: dict[str, str]) -> dict[str, Any]:
+def summarize(snap: smoke_host.Snapshot, build_info: dict[str, str], engine: str = "-") -> dict[str, Any]:
     """What summary.py prints for one host."""
     states = {marker.pid: marker.state for marker in snap.markers}
     return {
+        "engine": engine,
         "active": snap.props.get("ActiveState"),
         "dropin": DROPIN in snap.props.get("DropInPaths", ""),
         "health": snap.health,
@@ -122,4 +138,5 @@ def read_host(name: str, unit: str = UNIT, health_url: str = HEALTH_URL, patch_d
     if proc.returncode != 0:
         return {"error": proc.stderr.strip() or f"podman exec rc={proc.returncode}"}
     data = json.loads(proc.stdout)
-    return summarize(smoke_host.Snapshot.from_dict(data["snapshot"]), data["build_info"])
+    snap = smoke_host.Snapshot.from_dict(data["snapshot"])
+    return summarize(snap, data["build_info"], data.get("engine", "-"))

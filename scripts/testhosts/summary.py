@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     recap = parse_recap(args.log.read_text(encoding="utf-8", errors="replace"))
     hosts = sorted(recap) or ["kdtree-host1", "kdtree-host2", "kdtree-host3"]
     header = (
-        f"{'HOST':<14} {'ANSIBLE':<24} {'UNIT':<14} {'HEALTH':<7} {'ARCH':<8} {'BUILD':<17} "
+        f"{'HOST':<15} {'ENGINE':<13} {'ANSIBLE':<24} {'UNIT':<14} {'HEALTH':<7} {'ARCH':<8} {'BUILD':<17} "
         "SCHEDULERS (marker)"
     )
     lines = ["", "kdtree-fleet demo summary", header, "-" * len(header)]
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     for host in hosts:
         state = read_host(host)
         if "error" in state:
-            lines.append(f"{host:<14} {verdict(recap.get(host)):<24} unreadable: {state['error']}")
+            lines.append(f"{host:<15} {'?':<13} {verdict(recap.get(host)):<24} unreadable: {state['error']}")
             healthy = False
             continue
         scheds = (
@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         unit = state["active"] + ("+kdtree" if state["dropin"] else "")
         lines.append(
-            f"{host:<14} {verdict(recap.get(host)):<24} {unit:<14} {state['health']:<7} "
-            f"{state['arch']:<8} {state['build']:<17} {scheds}"
+            f"{host:<15} {state['engine']:<13} {verdict(recap.get(host)):<24} {unit:<14} "
+            f"{state['health']:<7} {state['arch']:<8} {state['build']:<17} {scheds}"
         )
         healthy = healthy and state["health"] == "200"
     log.info("\n".join(lines))

@@ -322,8 +322,10 @@ def test_hostread_reads_a_host_with_read_host(hu, marker, fake, scheduler, healt
         check=True,
     )
     data = json.loads(out.stdout)
-    state = hostread.summarize(hu.Snapshot.from_dict(data["snapshot"]), data["build_info"])
+    state = hostread.summarize(hu.Snapshot.from_dict(data["snapshot"]), data["build_info"], data["engine"])
+    assert data["engine"] in ("-", "double") or data["engine"].startswith("real ")
     assert state == {
+        "engine": data["engine"],
         "active": "active",
         "dropin": True,
         "health": "200",
