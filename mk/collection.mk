@@ -39,8 +39,10 @@ test-molecule-engine: venv testhost-image engine-model
 	  echo "molecule engine: passed in $$(( $$(date +%s) - start )) s"
 
 # Time from the traceback reaching the journal to Ansible failing the host (child crash 3 s in).
-bench-smoke: venv fleet-up
-	$(VBIN)/python bench/smoke.py --host kdtree-host1
+# The same for the real engine (a model path that does not exist): engine_detect_s.
+bench-smoke: venv fleet-up engine-host-up
+	$(VBIN)/python bench/smoke.py --host kdtree-host1 --crash double
+	$(VBIN)/python bench/smoke.py --host $(ENGINE_HOST) --crash missing-model
 
 # A second deploy over the three hosts: wall time and changed=0.
 bench-noop: venv fleet-up
