@@ -105,4 +105,3 @@ def unit_environment(fragment: str, dropins: list[str], exclude: list[str]) -> U
         with open(path, encoding="utf-8", errors="replace") as handle:
             apply_unit_file(env, handle.read(), path)
     return env
-
