@@ -65,16 +65,7 @@ run_args() {
 }
 
 wait_systemd() {
-  local name="$1" state=""
-  for _ in $(seq 1 120); do
-    state="$("${PODMAN[@]}" exec "$name" systemctl is-system-running 2>/dev/null || true)"
-    case "$state" in
-      running | degraded) return 0 ;;
-    esac
-    sleep 0.5
-  done
-  "${PODMAN[@]}" logs --tail 20 "$name" 2>&1 | sed "s/^/engine-host: $name log: /" >&2 || true
-  die "$name: systemd not up after 60 s (state: ${state:-none})"
+  bash "$HERE/fleet.sh" wait-systemd "$1" || die "$1: systemd did not come up"
 }
 
 remove() {

@@ -153,8 +153,9 @@ case "${1:-}" in
   down) down ;;
   status) status ;;
   print-run-args) run_args "${2:?name}" ;;
+  wait-systemd) wait_systemd "${2:?name}" ;;
   *)
-    echo "usage: $0 up [N] | down | status" >&2
+    echo "usage: $0 up [N] | down | status | print-run-args NAME | wait-systemd NAME" >&2
     exit 2
     ;;
 esac

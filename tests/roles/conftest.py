@@ -10,6 +10,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ROOT / "roles"
+# The patch as this repository ships it (the smoke check loads <patch dir>/kdtree_verify/marker.py).
+PATCH_DIR = ROLES / "kdtree_patch" / "files" / "sglang_ext"
 ROLE_NAMES = sorted(p.name for p in ROLES.iterdir() if (p / "defaults" / "main.yml").exists())
 
 
@@ -27,3 +29,15 @@ def smoke_module():
     imports resolve.
     """
     return importlib.import_module("ansible_collections.kdtree.fleet.plugins.modules.kdtree_smoke")
+
+
+@pytest.fixture(scope="module")
+def hu(smoke_module):
+    """module_utils/smoke_host (Snapshot, parse_journal, load_marker, read_host)."""
+    return importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils.smoke_host")
+
+
+@pytest.fixture(scope="module")
+def marker(hu):
+    """The repository's kdtree_verify/marker.py, loaded the way the module loads a host's copy."""
+    return hu.load_marker(str(PATCH_DIR))

@@ -21,23 +21,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import PATCH_DIR, ROOT
 
 INVOCATION = "0123456789abcdef0123456789abcdef"
-PATCH_DIR = ROOT / "roles" / "kdtree_patch" / "files" / "sglang_ext"
 SMOKE_HOST = ROOT / "plugins" / "module_utils" / "smoke_host.py"
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/cgroup").exists(), reason="needs Linux /proc")
-
-
-@pytest.fixture(scope="module")
-def hu(smoke_module):
-    return importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils.smoke_host")
-
-
-@pytest.fixture(scope="module")
-def marker(hu):
-    return hu.load_marker(str(PATCH_DIR))
 
 
 def own_cgroup() -> str:

@@ -14,17 +14,11 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import PATCH_DIR, ROOT
 
 INVOCATION = "0123456789abcdef0123456789abcdef"
 T0 = 1_764_490_000.0
-PATCH_DIR = ROOT / "roles" / "kdtree_patch" / "files" / "sglang_ext"
 ANSIBLE_BIN = Path(sys.executable).parent
-
-
-@pytest.fixture(scope="module")
-def hu(smoke_module):
-    return importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils.smoke_host")
 
 
 @pytest.fixture(scope="module")

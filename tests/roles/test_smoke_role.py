@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import PATCH_DIR, ROOT
 
 PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
-PATCH_DIR = ROOT / "roles" / "kdtree_patch" / "files" / "sglang_ext"
 INPUTS = {"kdtree_smoke_service_name": "sglang-test", "kdtree_smoke_health_url": "http://127.0.0.1:1/health"}
 
 pytestmark = pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv")

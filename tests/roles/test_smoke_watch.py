@@ -8,16 +8,13 @@ One test per rule; each fails when its rule is removed from judge().
 
 from __future__ import annotations
 
-import importlib
 import json
 
 import pytest
-from conftest import ROOT
 
 INVOCATION = "0123456789abcdef0123456789abcdef"
 NCCL = {"NCCL_P2P_LEVEL": "SYS", "NCCL_ALGO": "Ring"}
 T0 = 1_764_490_000.0  # epoch seconds of the restart
-PATCH_DIR = ROOT / "roles" / "kdtree_patch" / "files" / "sglang_ext"
 TRACEBACK = [
     "[2026-11-29 09:14:52 TP1] Load weight begin.",
     "[2026-11-29 09:14:55 TP0] Scheduler hit an exception: Traceback (most recent call last):",
@@ -25,18 +22,6 @@ TRACEBACK = [
     "RuntimeError: boom",
     "[2026-11-29 09:14:55] Received sigquit from a child process. It usually means the child failed.",
 ]
-
-
-@pytest.fixture(scope="module")
-def hu(smoke_module):
-    """module_utils/smoke_host (Snapshot, parse_journal, load_marker)."""
-    return importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils.smoke_host")
-
-
-@pytest.fixture(scope="module")
-def marker(hu):
-    """The repository's kdtree_verify/marker.py, loaded the way the module loads a host's copy."""
-    return hu.load_marker(str(PATCH_DIR))
 
 
 def marker_line(marker, pid: int, state: str = "active") -> str:
