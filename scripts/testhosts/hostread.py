@@ -8,6 +8,7 @@ markers are parsed with the host's installed marker.py, as the smoke check parse
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import subprocess
@@ -22,12 +23,17 @@ if str(ROOT / "collections") not in sys.path:
 from ansible_collections.kdtree.fleet.plugins.module_utils import smoke_host  # noqa: E402
 
 
-def _role_default(role: str, name: str) -> Any:
-    """A role's default, read from the role itself (the one owner): the test hosts use the defaults."""
+@functools.cache
+def _role_defaults(role: str) -> dict[str, Any]:
+    """A role's defaults, read from the role itself (the one owner): the test hosts use the defaults."""
     import yaml
 
     with open(ROOT / "roles" / role / "defaults" / "main.yml", encoding="utf-8") as handle:
-        return yaml.safe_load(handle)[name]
+        return yaml.safe_load(handle)
+
+
+def _role_default(role: str, name: str) -> Any:
+    return _role_defaults(role)[name]
 
 
 UNIT = _role_default("kdtree_service", "kdtree_service_name")
