@@ -25,22 +25,43 @@ class UnitEnvironment:
     sources: list[str] = field(default_factory=list)
 
 
-def _logical_lines(text: str) -> list[str]:
-    """Lines with systemd's backslash continuation joined; comments dropped."""
-    lines: list[str] = []
-    pending = ""
-    for raw in text.splitlines():
+@dataclass
+class Setting:
+    """One `Key=value` line of a unit file's [Service] section, with where it is."""
+
+    key: str
+    value: str
+    path: str
+    line: int
+
+
+def service_settings(text: str, path: str) -> list[Setting]:
+    """The [Service] settings of one unit file, in order, with systemd's backslash continuation
+    joined (a setting's line is where it starts); comments dropped."""
+    settings: list[Setting] = []
+    section = ""
+    pending, start = "", 0
+    for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not pending and line.startswith(("#", ";")):
             continue
         if line.endswith("\\"):
+            if not pending:
+                start = number
             pending += line[:-1] + " "
             continue
-        lines.append(pending + line)
+        full, first = pending + line, (start if pending else number)
         pending = ""
-    if pending:
-        lines.append(pending)
-    return lines
+        if full.startswith("[") and full.endswith("]"):
+            section = full[1:-1]
+            continue
+        if section == "Service" and "=" in full:
+            key, _, value = full.partition("=")
+            settings.append(Setting(key.strip(), value.strip(), path, first))
+    if pending and section == "Service" and "=" in pending:
+        key, _, value = pending.partition("=")
+        settings.append(Setting(key.strip(), value.strip(), path, start))
+    return settings
 
 
 def _words(value: str) -> list[str]:
@@ -51,16 +72,14 @@ def _words(value: str) -> list[str]:
 
 def apply_unit_file(env: UnitEnvironment, text: str, source: str) -> None:
     """Apply the [Service] Environment=, UnsetEnvironment= and EnvironmentFile= lines of one file."""
-    section = ""
     env.sources.append(source)
-    for line in _logical_lines(text):
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1]
-            continue
-        if section != "Service" or "=" not in line:
-            continue
-        key, _, value = line.partition("=")
-        key, value = key.strip(), value.strip()
+    apply_settings(env, service_settings(text, source))
+
+
+def apply_settings(env: UnitEnvironment, settings: list[Setting]) -> None:
+    """Apply Environment=, UnsetEnvironment= and EnvironmentFile= settings in order, as systemd does."""
+    for setting in settings:
+        key, value = setting.key, setting.value
         if key == "Environment":
             if not value:
                 env.environment.clear()

@@ -41,9 +41,12 @@ HEALTH_URL = (
     f"http://{_role_default('kdtree_service', 'kdtree_service_host')}:"
     f"{_role_default('kdtree_service', 'kdtree_service_port')}/health"
 )
-PATCH_DIR = _role_default("kdtree_patch", "kdtree_patch_dir")
-BUILD_INFO = f"{_role_default('kdtree_build', 'kdtree_build_root')}/current/BUILD_INFO"
 DROPIN = _role_default("kdtree_service", "kdtree_service_dropin_name")
+# The patch version and the build a host runs are the ones its live drop-in names (PYTHONPATH's first
+# entry, KDTREE_LIB's directory); "" = read them from the drop-in on the host.
+PATCH_DIR = ""
+BUILD_INFO = ""
+DROPIN_PATH = f"/etc/systemd/system/{UNIT}.service.d/{DROPIN}"
 EXEC_TIMEOUT_S = 60
 
 # Appended to smoke_host.py's source on the host; the settings come first as one JSON literal.
@@ -56,6 +59,27 @@ def _marker(patch_dir):
         return load_marker(patch_dir)
     except MarkerError:
         return None  # no patch installed: no marker states
+
+
+def _dropin_env(path):
+    env = {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                line = line.strip()
+                if line.startswith('Environment="') and line.endswith('"') and "=" in line[13:]:
+                    key, _, value = line[13:-1].partition("=")
+                    env[key] = value
+    except OSError:
+        pass
+    return env
+
+
+_DROPIN_ENV = _dropin_env(_SETTINGS["dropin_path"])
+_PATCH_DIR = _SETTINGS["patch_dir"] or _DROPIN_ENV.get("PYTHONPATH", "").split(":")[0]
+_BUILD_INFO = _SETTINGS["build_info"] or (
+    _DROPIN_ENV["KDTREE_LIB"].rsplit("/", 1)[0] + "/BUILD_INFO" if _DROPIN_ENV.get("KDTREE_LIB") else ""
+)
 
 
 def _build_info(path):
@@ -80,10 +104,10 @@ def _engine():
 _query = Query(
     unit=_SETTINGS["unit"], health_url=_SETTINGS["health_url"], scheduler_prefix=_SETTINGS["scheduler_prefix"]
 )
-_snap = read_host(_query, _marker(_SETTINGS["patch_dir"]))
+_snap = read_host(_query, _marker(_PATCH_DIR) if _PATCH_DIR else None)
 print(
     _json.dumps(
-        {"snapshot": _snap.to_dict(), "build_info": _build_info(_SETTINGS["build_info"]), "engine": _engine()}
+        {"snapshot": _snap.to_dict(), "build_info": _build_info(_BUILD_INFO), "engine": _engine()}
     )
 )
 """
@@ -95,6 +119,7 @@ def host_script(
     patch_dir: str = PATCH_DIR,
     build_info: str = BUILD_INFO,
     scheduler_prefix: str = smoke_host.SCHEDULER_PREFIX,
+    dropin_path: str = DROPIN_PATH,
 ) -> str:
     """The program `python3 -` runs on the host: read_host's module, the settings, the driver."""
     settings = {
@@ -103,6 +128,7 @@ def host_script(
         "patch_dir": patch_dir,
         "build_info": build_info,
         "scheduler_prefix": scheduler_prefix,
+        "dropin_path": dropin_path,
     }
     return (
         inspect.getsource(smoke_host)

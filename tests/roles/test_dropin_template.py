@@ -10,7 +10,14 @@ from conftest import ROLES, load_yaml
 ansible_template = pytest.importorskip("ansible.template")
 
 
-def render(**over) -> str:
+def _set_fact_expression(name: str) -> str:
+    """The role's expression for fact `name` (tasks/preflight.yml): the test renders what the role does."""
+    tasks = load_yaml(ROLES / "kdtree_service" / "tasks" / "preflight.yml")
+    task = next(t for t in tasks if name in t.get("ansible.builtin.set_fact", {}))
+    return task["ansible.builtin.set_fact"][name]
+
+
+def render(unit_env: dict | None = None, **over) -> str:
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar, trust_as_template
 
@@ -18,26 +25,20 @@ def render(**over) -> str:
     variables.update(kdtree_service_model_path="/models/tiny-test", kdtree_service_tp_size=2)
     # required inputs the deploy play hands on from the patch and build roles, and the facts entry point
     variables.update(
-        kdtree_service_pythonpath="/opt/kdtree/sglang_ext",
-        _kdtree_service_pythonpath="/opt/kdtree/sglang_ext:/opt/cpu-shims",
-        kdtree_service_lib_path="/opt/kdtree/current/libkdtree_verify.so",
-        kdtree_service_backup_path="/var/lib/kdtree/stock/sglang.service",
+        kdtree_service_pythonpath="/opt/kdtree/patches/0123456789abcdef",
+        kdtree_service_lib_path="/opt/kdtree/builds/sm_120a-x/libkdtree_verify.so",
+        kdtree_service_secret_env_path="/etc/kdtree/sglang.env",
+        __kdtree_service_env={"environment": unit_env or {"PYTHONPATH": "/opt/cpu-shims"}},
     )
     variables.update(over)
-    argv = [
-        variables["kdtree_service_python"], "-m", "sglang.launch_server",
-        "--model-path", variables["kdtree_service_model_path"],
-        "--tp-size", str(variables["kdtree_service_tp_size"]),
-        "--host", variables["kdtree_service_host"], "--port", str(variables["kdtree_service_port"]),
-        "--attention-backend", variables["kdtree_service_attention_backend"],
-        *variables["kdtree_service_speculative_args"], *variables["kdtree_service_extra_args"],
-    ]  # fmt: skip
-    variables["_kdtree_service_argv"] = argv
-    source = (ROLES / "kdtree_service" / "templates" / "dropin.conf.j2").read_text(encoding="utf-8")
     loader = DataLoader()
     loader.set_basedir(str(ROLES / "kdtree_service"))
     templar = Templar(loader=loader, variables=variables)
-    # the template action renders files with escape_backslashes=False; do the same
+    for name in ("_kdtree_service_env", "_kdtree_service_argv"):
+        variables[name] = templar.template(trust_as_template(_set_fact_expression(name)))
+    templar = Templar(loader=loader, variables=variables)
+    source = (ROLES / "kdtree_service" / "templates" / "dropin.conf.j2").read_text(encoding="utf-8")
+    # the template lookup renders files with escape_backslashes=False; do the same
     return templar.template(trust_as_template(source), escape_backslashes=False)
 
 
@@ -45,8 +46,14 @@ def lines(text: str, prefix: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith(prefix)]
 
 
-def test_execstart_is_cleared_then_set_once_without_python_I_or_E():
+def test_by_default_the_drop_in_sets_environment_only_and_leaves_execstart_alone():
     text = render()
+    assert lines(text, "ExecStart") == []
+    assert lines(text, "Environment=")
+
+
+def test_the_execstart_opt_in_clears_it_then_sets_it_once_without_python_I_or_E():
+    text = render(kdtree_service_replace_exec_start=True)
     assert lines(text, "ExecStart=")[0] == "ExecStart="
     execs = lines(text, "ExecStart=")[1:]
     assert len(execs) == 1
@@ -60,9 +67,9 @@ def test_environment_has_pythonpath_kdtree_and_nccl_values():
     text = render(kdtree_service_nccl_env={"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL"})
     env = lines(text, "Environment=")
     for want in (
-        'Environment="PYTHONPATH=/opt/kdtree/sglang_ext:/opt/cpu-shims"',
+        'Environment="PYTHONPATH=/opt/kdtree/patches/0123456789abcdef:/opt/cpu-shims"',
         'Environment="KDTREE_VERIFY=validate"',
-        'Environment="KDTREE_LIB=/opt/kdtree/current/libkdtree_verify.so"',
+        'Environment="KDTREE_LIB=/opt/kdtree/builds/sm_120a-x/libkdtree_verify.so"',
         'Environment="PYTHONUNBUFFERED=1"',
         'Environment="SPT_NOENV=1"',
         'Environment="NCCL_P2P_LEVEL=SYS"',
@@ -72,7 +79,10 @@ def test_environment_has_pythonpath_kdtree_and_nccl_values():
 
 
 def test_arguments_with_spaces_percent_and_dollar_are_quoted_for_systemd():
-    text = render(kdtree_service_extra_args=["--json-model-override-args", '{"a": "50% $HOME"}'])
+    text = render(
+        kdtree_service_replace_exec_start=True,
+        kdtree_service_extra_args=["--json-model-override-args", '{"a": "50% $HOME"}'],
+    )
     execstart = lines(text, "ExecStart=")[1]
     assert '"{\\"a\\": \\"50%% $$HOME\\"}"' in execstart
 
@@ -80,3 +90,10 @@ def test_arguments_with_spaces_percent_and_dollar_are_quoted_for_systemd():
 def test_environment_values_escape_quotes_and_percent():
     text = render(kdtree_service_env_extra={"X": 'say "hi" 100%'})
     assert 'Environment="X=say \\"hi\\" 100%%"' in lines(text, "Environment=")
+
+
+def test_secret_values_never_reach_the_drop_in_which_names_their_root_only_file():
+    text = render(kdtree_service_env_secret={"SGLANG_API_KEY": "s3cr3t-value"})
+    assert "s3cr3t-value" not in text
+    assert lines(text, "EnvironmentFile=") == ["EnvironmentFile=/etc/kdtree/sglang.env"]
+    assert "EnvironmentFile" not in render()

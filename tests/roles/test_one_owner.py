@@ -78,7 +78,9 @@ FACTS = {
     "smoke-check timeout": (r"\b900\b", "roles/kdtree_smoke/defaults/main.yml"),
     "server port": (r"\b30000\b", "roles/kdtree_service/defaults/main.yml"),
     "scheduler process title": (r"sglang::scheduler", "plugins/module_utils/smoke_host.py"),
-    "patch install directory": (r"/opt/kdtree/sglang_ext", "roles/kdtree_patch/defaults/main.yml"),
+    "patch install root": (r"/opt/kdtree/patches", "roles/kdtree_patch/defaults/main.yml"),
+    "deploy history file": (r"/var/lib/kdtree/state\.json", "plugins/module_utils/history.py"),
+    "secret environment directory": (r"/etc/kdtree\b", "roles/kdtree_service/defaults/main.yml"),
 }
 # Test-host tooling allowed to spell a fact out: the test double's own stock unit and its installer
 # (the operator's side of a test host, not kdtree), and the demo's host reader, which builds the

@@ -118,7 +118,9 @@ def test_playbooks_call_roles_and_modules_by_fully_qualified_name():
 
 def test_production_nccl_defaults_are_the_documented_pcie_blackwell_set():
     group_vars = load_yaml(ROOT / "inventory" / "production" / "group_vars" / "gpu-hosts.yml")
-    assert group_vars["kdtree_service_tp_size"] == 8
+    # the operator's unit owns the command line (model, --tp-size 8, EAGLE3): no ExecStart opt-in here
+    opt_in = ("kdtree_service_replace_exec_start", "kdtree_service_model_path")
+    assert not any(k in group_vars for k in opt_in)
     assert group_vars["kdtree_service_nccl_env"]["NCCL_P2P_LEVEL"] == "SYS"
     assert group_vars["kdtree_service_nccl_env"]["NCCL_ALGO"] == "Ring"
     doc = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")

@@ -58,9 +58,9 @@ def test_environment_files_are_listed(tmp_path):
 
 
 def _prepend_expression() -> str:
-    tasks = yaml.safe_load((ROLES / "kdtree_service" / "tasks" / "main.yml").read_text(encoding="utf-8"))
-    task = next(t for t in tasks if "_kdtree_service_pythonpath" in t.get("ansible.builtin.set_fact", {}))
-    return task["ansible.builtin.set_fact"]["_kdtree_service_pythonpath"]
+    tasks = yaml.safe_load((ROLES / "kdtree_service" / "tasks" / "preflight.yml").read_text(encoding="utf-8"))
+    task = next(t for t in tasks if "_kdtree_service_env" in t.get("ansible.builtin.set_fact", {}))
+    return task["ansible.builtin.set_fact"]["_kdtree_service_env"]
 
 
 @pytest.mark.parametrize(
@@ -80,7 +80,12 @@ def test_the_drop_in_prepends_the_patch_directory_to_the_unit_s_pythonpath(stock
     environment = {} if stock is None else {"PYTHONPATH": stock}
     variables = {
         "kdtree_service_pythonpath": "/opt/kdtree/sglang_ext",
+        "kdtree_service_verify_mode": "validate",
+        "kdtree_service_lib_path": "/lib.so",
+        "kdtree_service_nccl_env": {},
+        "kdtree_service_env_extra": {},
         "__kdtree_service_env": {"environment": environment},
     }
     templar = Templar(loader=DataLoader(), variables=variables)
-    assert templar.template(trust_as_template(_prepend_expression())).strip() == wanted
+    env = dict(templar.template(trust_as_template(_prepend_expression())))
+    assert env["PYTHONPATH"] == wanted

@@ -19,3 +19,9 @@ EXPECTED_PARAMS = (
     "score_mod",
     "aux_tensors",
 )
+# The `--attention-backend` value whose class is TARGET_CLASS: the deploy's preflight refuses a unit
+# that runs another backend (the patch would never be called).
+SERVED_BACKEND = "triton"
+# SGLang releases whose TARGET_ATTR the patch mirrors (dispatch.py); the preflight reads the venv's
+# installed version (importlib.metadata) and refuses any other.
+SUPPORTED_SGLANG_VERSIONS = ("0.5.23",)

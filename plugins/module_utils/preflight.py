@@ -1,0 +1,486 @@
+"""Preflight of an SGLang unit before kdtree touches it (stdlib only; no Ansible imports).
+
+Reads the unit as systemd merges it (the unit file and every drop-in `systemctl show` lists, in
+order; `systemctl show` for the effective stdout/stderr) and answers, check by check, whether the
+kdtree drop-in would work there. Each failed check names the file and line to change and how.
+
+Checks (names are stable; kdtree_service_preflight_skip takes them):
+    command      ExecStart runs python (directly or through a python shebang) with SGLang's launcher
+    interpreter  that python honours PYTHONPATH: no -I, -E or -S
+    backend      --attention-backend is the one the patch serves (or absent where it is the default)
+    stderr       stderr reaches the journal (the smoke check reads the markers there)
+    overrides    no later drop-in, EnvironmentFile= or UnsetEnvironment= overrides a variable kdtree sets
+    sglang       the venv's SGLang version is one the patch supports
+    probe        `python -m kdtree_verify.probe` in the unit's merged environment: a spawned child is patched
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+from typing import Any
+
+from ansible_collections.kdtree.fleet.plugins.module_utils.unit_env import (
+    SHOW_TIMEOUT_S,
+    Setting,
+    UnitEnvironment,
+    apply_settings,
+    service_settings,
+)
+
+CHECKS = ("command", "interpreter", "backend", "stderr", "overrides", "sglang", "probe")
+# stdout/stderr destinations that end in the journal
+JOURNAL_OUTPUTS = ("journal", "journal+console", "kmsg", "kmsg+console")
+# systemd's ExecStart prefixes (systemd.service "Table 1")
+EXEC_PREFIXES = "-@:+!|"
+LAUNCHERS = ("sglang.launch_server",)
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    message: str
+    where: str = ""
+
+    def line(self) -> str:
+        where = f" {self.where}:" if self.where else ""
+        return f"[{self.name}]{where} {self.message}"
+
+
+@dataclass
+class Unit:
+    """The unit as its files and systemd say it is (without kdtree's drop-in)."""
+
+    name: str
+    fragment: str
+    dropins: list[str]
+    settings: list[Setting] = field(default_factory=list)
+    show: dict[str, str] = field(default_factory=dict)
+    ours: str = ""  # the file name of kdtree's drop-in
+
+
+def read_unit(unit: str, ours: str) -> Unit:
+    """systemctl show + the files it names (kdtree's own drop-in is left out of `settings`)."""
+    props = ["FragmentPath", "DropInPaths", "StandardOutput", "StandardError", "WorkingDirectory"]
+    out = subprocess.run(
+        ["systemctl", "show", *[a for p in props for a in ("-p", p)], unit],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=SHOW_TIMEOUT_S,
+    ).stdout
+    show = dict(line.partition("=")[::2] for line in out.splitlines())
+    fragment = show.get("FragmentPath", "")
+    dropins = show.get("DropInPaths", "").split()
+    result = Unit(unit, fragment, dropins, show=show, ours=ours)
+    for path in [fragment, *dropins]:
+        if not path or (os.path.basename(path) == ours and path != fragment):
+            continue
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            result.settings.extend(service_settings(handle.read(), path))
+    return result
+
+
+def later_than_ours(unit: Unit, path: str) -> bool:
+    """Whether drop-in `path` is applied after kdtree's (systemd orders drop-ins by file name)."""
+    return path != unit.fragment and os.path.basename(path) > unit.ours
+
+
+def exec_start(settings: list[Setting]) -> tuple[list[str], Setting | None]:
+    """The effective ExecStart argv (after `ExecStart=` resets) and the line that set it."""
+    current: Setting | None = None
+    for s in settings:
+        if s.key == "ExecStart":
+            current = s if s.value else None
+    if current is None:
+        return [], None
+    argv = shlex.split(current.value.replace("%%", "%"), posix=True)
+    if argv:
+        argv[0] = argv[0].lstrip(EXEC_PREFIXES)
+    return argv, current
+
+
+def _is_python(path: str) -> bool:
+    return os.path.basename(path).startswith("python")
+
+
+def python_flags(args: list[str]) -> tuple[set[str], list[str]]:
+    """Python's one-letter options before the script/-m/-c, and the rest of the command."""
+    flags: set[str] = set()
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--" or not arg.startswith("-") or arg == "-":
+            return flags, args[i:]
+        if arg.startswith("--"):
+            i += 1
+            continue
+        for pos, letter in enumerate(arg[1:], start=1):
+            if letter in "cm":
+                rest = arg[pos + 1 :]
+                return flags, ([f"-{letter}", rest] if rest else [f"-{letter}"]) + args[i + 1 :]
+            if letter in "WX":
+                if not arg[pos + 1 :]:
+                    i += 1
+                break
+            flags.add(letter)
+        i += 1
+    return flags, []
+
+
+def shebang(path: str) -> list[str]:
+    """The interpreter line of a script, split (the kernel passes one optional argument)."""
+    try:
+        with open(path, "rb") as handle:
+            first = handle.readline(512)
+    except OSError:
+        return []
+    if not first.startswith(b"#!"):
+        return []
+    words = first[2:].decode("utf-8", "replace").strip().split(None, 1)
+    if words and os.path.basename(words[0]) == "env" and len(words) > 1:
+        words = words[1].split()
+    return words
+
+
+@dataclass
+class Launch:
+    """What the command line says: the python, its flags, SGLang's arguments."""
+
+    python: str = ""
+    flags: set[str] = field(default_factory=set)
+    launcher: str = ""
+    args: list[str] = field(default_factory=list)
+
+    def option(self, *names: str) -> str | None:
+        value = None
+        for i, arg in enumerate(self.args):
+            for name in names:
+                if arg == name and i + 1 < len(self.args):
+                    value = self.args[i + 1]
+                elif arg.startswith(name + "="):
+                    value = arg.split("=", 1)[1]
+        return value
+
+
+def parse_launch(argv: list[str]) -> Launch:
+    launch = Launch()
+    if not argv:
+        return launch
+    if _is_python(argv[0]):
+        launch.python = argv[0]
+        launch.flags, rest = python_flags(argv[1:])
+    else:
+        interp = shebang(argv[0])
+        if not interp or not _is_python(interp[0]):
+            return launch
+        launch.python = interp[0]
+        launch.flags, _ = python_flags(interp[1:])
+        # a console script (e.g. venv/bin/sglang) runs SGLang itself
+        launch.launcher = os.path.basename(argv[0])
+        launch.args = argv[1:]
+        return launch
+    if len(rest) >= 2 and rest[0] == "-m":
+        launch.launcher, launch.args = rest[1], rest[2:]
+    elif rest:
+        launch.launcher, launch.args = rest[0], rest[1:]
+    return launch
+
+
+def _where(s: Setting | None) -> str:
+    return f"{s.path}:{s.line}" if s else ""
+
+
+def check_command(launch: Launch, line: Setting | None, replaced: bool) -> Check:
+    source = "kdtree_service_exec_start_args (the drop-in's ExecStart)" if replaced else "ExecStart"
+    if line is None and not replaced:
+        return Check("command", False, "the unit has no ExecStart; install SGLang's unit first")
+    if not launch.python:
+        return Check(
+            "command",
+            False,
+            f"{source} does not run python directly or through a python shebang, so kdtree cannot check "
+            "the interpreter and the backend; run `<venv>/bin/python -m sglang.launch_server ...` in "
+            "ExecStart, or skip the checks with "
+            "kdtree_service_preflight_skip: [command, interpreter, backend].",
+            _where(line),
+        )
+    if not (launch.launcher in LAUNCHERS or launch.launcher.startswith("sglang")):
+        return Check(
+            "command",
+            False,
+            f"{source} runs {launch.python} {launch.launcher!r}, not SGLang's launcher "
+            f"({' or '.join(LAUNCHERS)}); point ExecStart at `python -m sglang.launch_server`.",
+            _where(line),
+        )
+    return Check("command", True, f"{launch.python} runs {launch.launcher}", _where(line))
+
+
+def check_interpreter(launch: Launch, line: Setting | None) -> Check:
+    bad = sorted(launch.flags & {"I", "E", "S"})
+    if bad:
+        what = {
+            "I": "-I (isolated: ignores PYTHONPATH)",
+            "E": "-E (ignores PYTHON* variables)",
+            "S": "-S (no site)",
+        }
+        return Check(
+            "interpreter",
+            False,
+            f"python runs with {', '.join(what[b] for b in bad)}: PYTHONPATH would never reach it and the "
+            f"patch would never load; remove {' '.join('-' + b for b in bad)} from the command.",
+            _where(line),
+        )
+    return Check("interpreter", True, f"{launch.python} honours PYTHONPATH", _where(line))
+
+
+def check_backend(launch: Launch, line: Setting | None, served: str, compute_capability: str) -> Check:
+    backend = launch.option("--attention-backend")
+    if backend is None:
+        # SGLang 0.5.23's default for MLA models: triton on sm_120, fa3 on Hopper,
+        # trtllm_mla/flashinfer on sm_100
+        if compute_capability.split(".")[0] == "12":
+            return Check(
+                "backend", True, f"no --attention-backend: {served} is the default on sm_120", _where(line)
+            )
+        return Check(
+            "backend",
+            False,
+            f"no --attention-backend, and on compute capability {compute_capability or '?'} SGLang's default "
+            f"is not {served}: the patch would never be called; add `--attention-backend {served}`.",
+            _where(line),
+        )
+    if backend != served:
+        return Check(
+            "backend",
+            False,
+            f"--attention-backend {backend}: the patch serves {served} only; "
+            f"change it to `--attention-backend {served}`.",
+            _where(line),
+        )
+    return Check("backend", True, f"--attention-backend {served}", _where(line))
+
+
+def check_stderr(unit: Unit) -> Check:
+    err = unit.show.get("StandardError", "")
+    out = unit.show.get("StandardOutput", "")
+    effective = out if err == "inherit" else err
+    line = None
+    for s in unit.settings:
+        if s.key in ("StandardError", "StandardOutput") and (s.key == "StandardError" or err == "inherit"):
+            line = s
+    if effective in JOURNAL_OUTPUTS:
+        return Check("stderr", True, f"stderr goes to {effective}", _where(line))
+    return Check(
+        "stderr",
+        False,
+        f"stderr goes to {effective or '?'} (StandardError={err}, StandardOutput={out}), not the journal: "
+        "the deploy reads every scheduler's marker and any traceback there; set StandardError=journal "
+        "(or remove the setting).",
+        _where(line),
+    )
+
+
+def env_file_assignments(spec: str) -> tuple[str, dict[str, int]]:
+    """(path, {NAME: line}) of an EnvironmentFile= entry ("-" prefix: optional)."""
+    path = spec.lstrip("-")
+    names: dict[str, int] = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for number, raw in enumerate(handle, start=1):
+                line = raw.strip()
+                if not line or line.startswith(("#", ";")) or "=" not in line:
+                    continue
+                name = line.split("=", 1)[0].strip()
+                if name.startswith("export "):
+                    name = name[len("export ") :].strip()
+                names[name] = number
+    except OSError:
+        pass
+    return path, names
+
+
+def check_overrides(unit: Unit, managed: list[str]) -> Check:
+    wanted = set(managed)
+    found: list[str] = []
+    for s in unit.settings:
+        names: list[str] = []
+        if s.key in ("Environment", "UnsetEnvironment", "PassEnvironment") and later_than_ours(unit, s.path):
+            for word in shlex.split(s.value, posix=True) if s.value else []:
+                names.append(word.split("=", 1)[0])
+            if s.key == "Environment" and not s.value:
+                names = sorted(wanted)  # an empty Environment= clears ours too
+        hit = sorted(wanted & set(names))
+        if hit:
+            found.append(f"{s.path}:{s.line} {s.key}= sets {', '.join(hit)}")
+        if s.key == "EnvironmentFile" and s.value:
+            path, assigned = env_file_assignments(s.value)
+            for name in sorted(wanted & set(assigned)):
+                found.append(f"{path}:{assigned[name]} (EnvironmentFile= at {s.path}:{s.line}) sets {name}")
+    if found:
+        return Check(
+            "overrides",
+            False,
+            "these settings would override what kdtree's drop-in "
+            f"({unit.ours}) sets; EnvironmentFile= always wins over Environment=, and a drop-in whose name "
+            f"sorts after {unit.ours} wins over it: {'; '.join(found)}. Move those variables into the unit "
+            "file or an earlier drop-in (kdtree keeps the unit's PYTHONPATH after its own), or drop them.",
+            found[0].split(" ", 1)[0],
+        )
+    return Check("overrides", True, f"nothing overrides the {len(wanted)} variables kdtree sets")
+
+
+def unit_environment(unit: Unit) -> dict[str, str]:
+    """The variables the unit's files and EnvironmentFile= entries give the service (no kdtree);
+    EnvironmentFile= values win over Environment= ones, as in systemd."""
+    merged = UnitEnvironment()
+    apply_settings(merged, unit.settings)
+    env = dict(merged.environment)
+    for spec in merged.environment_files:
+        try:
+            with open(spec.lstrip("-"), encoding="utf-8", errors="replace") as handle:
+                for raw in handle:
+                    line = raw.strip()
+                    if line and not line.startswith(("#", ";")) and "=" in line:
+                        name, _, value = line.partition("=")
+                        env[name.strip()] = value.strip().strip("\"'")
+        except OSError:
+            pass
+    return env
+
+
+def check_sglang(python: str, supported: tuple[str, ...], timeout_s: float) -> Check:
+    code = "import importlib.metadata as m; print(m.version('sglang'))"
+    try:
+        proc = subprocess.run(
+            [python, "-I", "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env={"PATH": "/usr/bin:/bin"},
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("sglang", False, f"cannot ask {python} for its SGLang version: {exc}")
+    version = proc.stdout.strip()
+    if proc.returncode != 0 or not version:
+        tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return Check(
+            "sglang",
+            False,
+            f"{python} has no installed sglang distribution ({tail}); install SGLang in that venv.",
+        )
+    # a local build label (PEP 440 "+...", e.g. a distro rebuild) keeps the release it was built from
+    if version.split("+", 1)[0] not in supported:
+        return Check(
+            "sglang",
+            False,
+            f"{python} has sglang {version}; this patch supports {', '.join(supported)} only "
+            "(it mirrors that release's TritonAttnBackend.forward_extend). Pin the venv to a "
+            "supported release or deploy a kdtree-fleet release for this one.",
+        )
+    return Check("sglang", True, f"sglang {version}")
+
+
+def check_probe(python: str, env: dict[str, str], cwd: str, timeout_s: float) -> Check:
+    argv = [python, "-m", "kdtree_verify.probe", "--json", "--timeout", str(max(10, int(timeout_s) - 10))]
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=cwd or "/"
+        )
+    except subprocess.TimeoutExpired:
+        return Check("probe", False, f"the probe did not finish within {timeout_s:.0f} s")
+    except OSError as exc:
+        return Check("probe", False, f"cannot run the probe: {exc}")
+    try:
+        report: dict[str, Any] = json.loads(proc.stdout)
+    except ValueError:
+        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+        return Check("probe", False, f"the probe failed (exit {proc.returncode}): {tail}")
+    patch = report.get("patch", {})
+    site = report.get("sitecustomize", {})
+    if proc.returncode == 0 and report.get("active"):
+        return Check(
+            "probe",
+            True,
+            f"a spawned child is patched (state {patch.get('state')}, mode {patch.get('mode')})",
+        )
+    return Check(
+        "probe",
+        False,
+        "a spawned child would NOT be patched: "
+        f"state={patch.get('state', '-')} reason={patch.get('reason', '-')}; "
+        f"sitecustomize={site.get('module')} ran={site.get('ran')}; "
+        f"backend import={report.get('import', {})}; {report.get('error', '')}".rstrip("; ")
+        + ". Run `python -m kdtree_verify.probe` with the unit's environment to see the whole report.",
+    )
+
+
+def run_checks(
+    unit: Unit,
+    *,
+    managed_vars: list[str],
+    exec_start_override: list[str],
+    compute_capability: str,
+    served_backend: str,
+    supported_versions: tuple[str, ...],
+    probe_env: dict[str, str] | None,
+    skip: list[str],
+    timeout_s: float,
+) -> list[Check]:
+    """Every check not in `skip`, in CHECKS order; `probe_env` None skips the probe."""
+    argv, line = exec_start(unit.settings)
+    replaced = bool(exec_start_override)
+    if replaced:
+        argv, line = exec_start_override, None
+    launch = parse_launch(argv)
+    checks: list[Check] = []
+    todo = [c for c in CHECKS if c not in skip]
+    if "command" in todo:
+        checks.append(check_command(launch, line, replaced))
+    if "interpreter" in todo and launch.python:
+        checks.append(check_interpreter(launch, line))
+    if "backend" in todo and launch.python:
+        checks.append(check_backend(launch, line, served_backend, compute_capability))
+    if "stderr" in todo:
+        checks.append(check_stderr(unit))
+    if "overrides" in todo:
+        checks.append(check_overrides(unit, managed_vars))
+    python = launch.python
+    if "sglang" in todo and python:
+        checks.append(check_sglang(python, supported_versions, timeout_s))
+    if "probe" in todo and python and probe_env is not None and all(c.ok for c in checks):
+        env = {
+            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            **unit_environment(unit),
+            **probe_env,
+        }
+        checks.append(check_probe(python, env, unit.show.get("WorkingDirectory", ""), timeout_s))
+    return checks
+
+
+def launch_facts(unit: Unit, exec_start_override: list[str]) -> dict[str, Any]:
+    """The command line's facts the roles use (python, parallel sizes)."""
+    argv, _ = exec_start(unit.settings)
+    launch = parse_launch(exec_start_override or argv)
+
+    def size(*names: str) -> int:
+        value = launch.option(*names)
+        try:
+            return max(1, int(value)) if value is not None else 1
+        except ValueError:
+            return 1
+
+    return {
+        "argv": exec_start_override or argv,
+        "python": launch.python,
+        "attention_backend": launch.option("--attention-backend") or "",
+        "tp_size": size("--tp-size", "--tp"),
+        "pp_size": size("--pp-size", "--pp"),
+        "dp_size": size("--dp-size", "--dp"),
+        # None: the command line leaves SGLang's default
+        "port": int(launch.option("--port")) if (launch.option("--port") or "").isdigit() else None,
+    }

@@ -1,0 +1,197 @@
+#!/usr/bin/python
+"""Check an SGLang unit, as systemd merges it, before kdtree changes anything about it."""
+
+from __future__ import annotations
+
+# Ansible's module layout: documentation strings first, imports after them.
+# ruff: noqa: E402
+
+DOCUMENTATION = r"""
+module: kdtree_preflight
+short_description: Check that a kdtree drop-in would work on an SGLang unit, before changing it
+description:
+  - Reads the unit as systemd merges it (C(systemctl show) and the unit file and every drop-in it
+    lists, leaving out kdtree's own drop-in) and runs these checks, each of which names the file and
+    line to change and how when it fails.
+  - V(command) ExecStart runs python (directly or through a python shebang) with SGLang's launcher.
+  - V(interpreter) that python honours PYTHONPATH (no C(-I), C(-E) or C(-S)).
+  - V(backend) C(--attention-backend) is the backend the patch serves, or absent where SGLang's
+    default for the compute capability is that backend.
+  - V(stderr) stderr reaches the journal (the deploy reads the markers and any traceback there).
+  - V(overrides) no drop-in sorting after kdtree's, no C(EnvironmentFile=) and no
+    C(UnsetEnvironment=)/C(PassEnvironment=) overrides a variable kdtree sets.
+  - V(sglang) the venv's installed SGLang version is one the patch supports (the installed patch's
+    C(kdtree_verify/target.py) says which).
+  - V(probe) C(python -m kdtree_verify.probe) run with the unit's merged environment plus
+    O(probe_env) says a spawned child would be patched (runs only when every other check passed).
+  - Reads only; changes nothing.
+options:
+  unit:
+    description: Unit name with its suffix, e.g. V(sglang.service).
+    type: str
+    required: true
+  dropin_name:
+    description: File name of kdtree's drop-in (left out of the merge; later drop-ins are compared to it).
+    type: str
+    required: true
+  managed_vars:
+    description: The variables kdtree's drop-in sets (no other setting may override them).
+    type: list
+    elements: str
+    default: []
+  exec_start:
+    description: The argv kdtree's drop-in puts in ExecStart when it replaces it; empty = the unit's own.
+    type: list
+    elements: str
+    default: []
+  compute_capability:
+    description: The GPU's compute capability (e.g. V(12.0)); decides SGLang's default backend.
+    type: str
+    default: ""
+  patch_dir:
+    description: The installed patch directory (its C(kdtree_verify/target.py); the probe's PYTHONPATH).
+    type: path
+    required: true
+  probe_env:
+    description: What kdtree's drop-in adds to the environment (PYTHONPATH, KDTREE_*, NCCL_*), for the probe.
+    type: dict
+    default: {}
+  skip:
+    description: Checks not to run (an operator's explicit decision; the deploy still smoke-checks).
+    type: list
+    elements: str
+    choices: [command, interpreter, backend, stderr, overrides, sglang, probe]
+    default: []
+  timeout_s:
+    description: Bound, in seconds, of each command the checks run (systemctl, the venv's python, the probe).
+    type: int
+    required: true
+attributes:
+  check_mode:
+    support: full
+    description: Reads only; runs the same in check mode.
+  diff_mode:
+    support: none
+    description: Changes nothing.
+author: kdtree-fleet
+"""
+
+EXAMPLES = r"""
+- name: Preflight the unit
+  kdtree.fleet.kdtree_preflight:
+    unit: sglang.service
+    dropin_name: 50-kdtree.conf
+    managed_vars: [PYTHONPATH, KDTREE_VERIFY, KDTREE_LIB]
+    compute_capability: "12.0"
+    patch_dir: /opt/kdtree/patches/0123456789abcdef
+    probe_env: {PYTHONPATH: /opt/kdtree/patches/0123456789abcdef, KDTREE_VERIFY: validate}
+    timeout_s: 120
+"""
+
+RETURN = r"""
+checks:
+  description: Every check run, in order, with its verdict and message (C(where) is file:line or empty).
+  type: list
+  elements: dict
+  returned: always
+  sample: [{name: interpreter, ok: false, where: /etc/systemd/system/sglang.service:12,
+            message: "python runs with -I (isolated: ignores PYTHONPATH) ..."}]
+launch:
+  description: What the command line says (argv, python, attention_backend, tp_size, pp_size, dp_size).
+  type: dict
+  returned: always
+msg:
+  description: One line per failed check (or a summary when all passed).
+  type: str
+  returned: always
+"""
+
+import importlib.util
+import os
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kdtree.fleet.plugins.module_utils import preflight
+
+TARGET_FILE = os.path.join("kdtree_verify", "target.py")
+
+
+def load_target(patch_dir: str):
+    """<patch_dir>/kdtree_verify/target.py (constants only), loaded by path."""
+    path = os.path.join(patch_dir, TARGET_FILE)
+    spec = importlib.util.spec_from_file_location("kdtree_preflight_target", path)
+    if spec is None or spec.loader is None or not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} does not exist: is the kdtree patch installed in {patch_dir}?")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(params: dict, check_mode: bool = False) -> dict:
+    """The module's work, apart from AnsibleModule. In check mode on a host where the patch is not
+    installed yet, the checks that need it (backend, sglang, probe) are left out and named."""
+    skip = list(params["skip"])
+    note = ""
+    try:
+        target = load_target(params["patch_dir"])
+        served, supported = target.SERVED_BACKEND, tuple(target.SUPPORTED_SGLANG_VERSIONS)
+    except FileNotFoundError:
+        if not check_mode:
+            raise
+        served, supported = "", ()
+        skip += ["backend", "sglang", "probe"]
+        note = " (check mode: backend, sglang and probe need the installed patch; not run)"
+    unit = preflight.read_unit(params["unit"], params["dropin_name"])
+    if not unit.fragment:
+        return {"failed": True, "checks": [], "launch": {}, "msg": f"{params['unit']} has no unit file"}
+    checks = preflight.run_checks(
+        unit,
+        managed_vars=params["managed_vars"],
+        exec_start_override=params["exec_start"],
+        compute_capability=params["compute_capability"],
+        served_backend=served,
+        supported_versions=supported,
+        probe_env=params["probe_env"],
+        skip=skip,
+        timeout_s=float(params["timeout_s"]),
+    )
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        msg = (
+            f"kdtree preflight refused {params['unit']} ({len(failed)} of {len(checks)} checks failed; "
+            "nothing on the host was changed):\n" + "\n".join(c.line() for c in failed)
+        )
+    else:
+        msg = f"preflight ok: {', '.join(c.name for c in checks)}{note}"
+    return {
+        "failed": bool(failed),
+        "checks": [{"name": c.name, "ok": c.ok, "message": c.message, "where": c.where} for c in checks],
+        "launch": preflight.launch_facts(unit, params["exec_start"]),
+        "msg": msg,
+    }
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "unit": {"type": "str", "required": True},
+            "dropin_name": {"type": "str", "required": True},
+            "managed_vars": {"type": "list", "elements": "str", "default": []},
+            "exec_start": {"type": "list", "elements": "str", "default": []},
+            "compute_capability": {"type": "str", "default": ""},
+            "patch_dir": {"type": "path", "required": True},
+            "probe_env": {"type": "dict", "default": {}},
+            "skip": {"type": "list", "elements": "str", "default": [], "choices": list(preflight.CHECKS)},
+            "timeout_s": {"type": "int", "required": True},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        result = run(module.params, module.check_mode)
+    except (OSError, subprocess.SubprocessError, ValueError, AttributeError) as exc:
+        module.fail_json(msg=f"kdtree preflight could not read {module.params['unit']}: {exc}")
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
