@@ -134,7 +134,7 @@ def test_off_is_the_default_and_never_patches(libs, monkeypatch):
     ("lib_key", "reason_part"),
     [
         ("missing", "library not found"),
-        ("not_elf", "dlopen failed"),
+        ("not_elf", "not an ELF file"),
         ("no_symbol", "missing symbol"),
         ("wrong_abi", "ABI mismatch"),
     ],
