@@ -38,10 +38,17 @@ del _record, _outer, _outer_file
 
 
 def _say(text: str) -> None:
-    """Write to stderr's descriptor, never raise (the package's marker.say may be what is broken)."""
+    """Like kdtree_verify.marker.say (which may be what is broken): to stderr's descriptor, never
+    raising, so a failed write leaves nothing buffered to fail again at exit."""
+    stream = sys.stderr
+    if stream is None:
+        return
     try:
-        stream = sys.stderr
-        if stream is None:
+        try:
+            fd = stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            stream.write(text)
+            stream.flush()
             return
         try:
             stream.flush()
@@ -49,13 +56,9 @@ def _say(text: str) -> None:
             pass
         raw = text.encode("utf-8", "backslashreplace")
         while raw:
-            raw = raw[os.write(stream.fileno(), raw) :]
+            raw = raw[os.write(fd, raw) :]
     except Exception:
-        try:
-            sys.stderr.write(text)
-            sys.stderr.flush()
-        except Exception:
-            pass
+        pass
 
 
 def _report(what: str) -> None:

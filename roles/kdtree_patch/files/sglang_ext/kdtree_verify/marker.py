@@ -189,6 +189,8 @@ def _write_status_file(fields: dict[str, Any]) -> None:
     try:
         if not os.path.isabs(status_dir):
             raise ValueError(f"KDTREE_STATUS_DIR={status_dir!r} is not an absolute path")
+        if os.path.islink(status_dir):  # said clearly here; O_NOFOLLOW below closes the race
+            raise ValueError(f"{status_dir} is a symlink")
         dir_fd = _open_status_dir(status_dir)
         try:
             problem = _status_dir_problem(dir_fd, status_dir)
@@ -208,7 +210,7 @@ def _write_status_file(fields: dict[str, Any]) -> None:
     except (OSError, ValueError) as exc:
         reason = str(exc)
         if isinstance(exc, OSError) and exc.errno == errno.ELOOP:
-            reason = f"{status_dir} or {tmp} is a symlink: {exc}"
+            reason = f"{status_dir} or {tmp} became a symlink: {exc}"
         _status_file = f"{STATUS_UNWRITABLE}: {reason}"
         say(f"{STATUS_PREFIX} pid={os.getpid()} state={STATUS_UNWRITABLE} reason={escape(reason)}")
 
