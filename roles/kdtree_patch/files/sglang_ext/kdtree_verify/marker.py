@@ -196,14 +196,21 @@ def _write_status_file(fields: dict[str, Any]) -> None:
             problem = _status_dir_problem(dir_fd, status_dir)
             if problem:
                 raise ValueError(problem)
-            data = json.dumps(fields, sort_keys=True).encode("utf-8")
+            data = json.dumps(fields, sort_keys=True, default=str).encode("utf-8")
             fd = _create_exclusive(tmp, dir_fd)
             try:
-                while data:
-                    data = data[os.write(fd, data) :]
-            finally:
-                os.close(fd)
-            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                try:
+                    while data:
+                        data = data[os.write(fd, data) :]
+                finally:
+                    os.close(fd)
+                os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except OSError:  # a full disk: leave no half-written .tmp behind
+                try:
+                    os.unlink(tmp, dir_fd=dir_fd)
+                except OSError:
+                    pass
+                raise
         finally:
             os.close(dir_fd)
         _status_file = os.path.join(status_dir, name)
