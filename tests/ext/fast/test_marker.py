@@ -133,3 +133,51 @@ def test_marker_py_loads_standalone_by_file_path_with_the_stdlib_only():
     )
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout) == {"marker": [7, "active"], "fallback": 9, "non_stdlib": []}
+
+
+def test_a_status_file_that_cannot_be_finished_leaves_no_tmp_and_says_unwritable(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setenv("KDTREE_STATUS_DIR", str(tmp_path))
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(marker.os, "replace", disk_full)
+    marker.emit("on", "active")
+    assert list(tmp_path.iterdir()) == []
+    (line,) = capsys.readouterr().err.strip().splitlines()[1:]
+    assert marker.match_status_problem(line) == (os.getpid(), "unwritable")
+    assert "No\\x20space\\x20left" in line and marker.match_runtime_fallback(line) is None
+    assert marker.delivery() == {
+        "marker_printed": True,
+        "status_file": "unwritable: [Errno 28] No space left on device",
+    }
+
+
+def test_a_directory_squatting_on_the_tmp_name_makes_the_status_file_unwritable(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setenv("KDTREE_STATUS_DIR", str(tmp_path))
+    (tmp_path / f"{os.getpid()}.json.tmp").mkdir()
+    marker.emit("on", "active")
+    err = capsys.readouterr().err
+    assert f"{marker.STATUS_PREFIX} pid={os.getpid()} state=unwritable " in err
+    assert not (tmp_path / f"{os.getpid()}.json").exists()
+
+
+def test_say_never_raises_and_reports_a_lost_line(monkeypatch):
+    class Broken:
+        def fileno(self):
+            raise ValueError("I/O operation on closed file")
+
+        def write(self, text):
+            raise ValueError("I/O operation on closed file")
+
+        def flush(self):
+            raise ValueError("I/O operation on closed file")
+
+    monkeypatch.setattr(sys, "stderr", Broken())
+    assert marker.say("lost") is False
+    monkeypatch.setattr(sys, "stderr", None)
+    assert marker.say("lost") is False

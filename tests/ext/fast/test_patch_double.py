@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from types import SimpleNamespace
 
@@ -80,7 +81,7 @@ def call(backend, mode=ForwardMode.TARGET_VERIFY, layer=None, save_kv_cache=True
     q = kwargs.pop("q", FakeTensor((T, H, HEAD_DIM_QK)))
     k = kwargs.pop("k", FakeTensor((T, 1, HEAD_DIM_QK)))
     v = kwargs.pop("v", FakeTensor((T, 1, HEAD_DIM_V)))
-    batch = ForwardBatch(forward_mode=mode, batch_size=2, out_cache_loc="slots")
+    batch = ForwardBatch(forward_mode=mode, batch_size=2, out_cache_loc="slots", **kwargs.pop("batch", {}))
     return backend.forward(q, k, v, layer or mla_layer(), batch, save_kv_cache=save_kv_cache, **kwargs)
 
 
@@ -134,7 +135,7 @@ def test_off_is_the_default_and_never_patches(libs, monkeypatch):
     ("lib_key", "reason_part"),
     [
         ("missing", "library not found"),
-        ("not_elf", "dlopen failed"),
+        ("not_elf", "not an ELF file"),
         ("no_symbol", "missing symbol"),
         ("wrong_abi", "ABI mismatch"),
     ],
@@ -251,6 +252,9 @@ UNSUPPORTED = {
     "dllm": ({"dllm_attention": object()}, {}, {}),
     "logit cap": ({}, {"logit_cap": 30.0}, {}),
     "sliding window": ({}, {"sliding_window_size": 128}, {}),
+    # SGLang takes its sliding-window path for any size > -1: a window of 0 is a window too.
+    "sliding window of size 0": ({}, {"sliding_window_size": 0}, {}),
+    "mha one-shot": ({}, {}, {"batch": {"mha_one_shot": True}}),
     "cross attention": ({}, {"is_cross_attention": True}, {}),
     "encoder only": ({}, {"attn_type": AttentionType.ENCODER_ONLY}, {}),
     "bidirectional": ({}, {"attn_type": AttentionType.DECODER_BIDIRECTIONAL}, {}),
@@ -328,3 +332,72 @@ def test_around_hook_binds_positional_and_keyword_arguments_like_the_real_signat
 
     assert dispatch.around_hook(original, backend, q, k, v, mla_layer(), batch, save_kv_cache=False) == "orig"
     assert seen[0][5:] == (False, None, None, None)
+
+
+def test_no_sliding_window_is_minus_one_and_the_kernel_serves_it(active):
+    backend = make_backend()
+    call(backend, layer=mla_layer(sliding_window_size=-1))
+    assert backend.calls == [] and len(active.kernel.calls) == 1
+
+
+class _Exploding:
+    """A layer attribute the dispatch check reads raises (a newer SGLang, a half-built layer)."""
+
+    def __get__(self, obj, owner):
+        raise RuntimeError("attribute exploded")
+
+    def __set__(self, obj, value):  # a data descriptor: RadixAttention.__init__ cannot shadow it
+        pass
+
+
+def test_an_exception_while_checking_a_call_sends_it_to_the_original_not_the_kernel(active):
+    class ExplodingLayer(RadixAttention):
+        logit_cap = _Exploding()
+
+    layer = ExplodingLayer(H, HEAD_DIM_QK, 0.1, num_kv_heads=1, layer_id=3, v_head_dim=HEAD_DIM_V)
+    backend = make_backend()
+    assert call(backend, layer=layer) == tb.DOUBLE_OUTPUT
+    assert backend.calls == ["forward_extend"] and active.kernel.calls == []
+    (key,) = lifecycle.status()["counts"]
+    assert key.startswith("original:dispatch check failed: RuntimeError: attribute exploded")
+
+
+class _FakeValidateStats:
+    """kdtree_verify.validate without torch: records what the dispatch hands it."""
+
+    def __init__(self, device, tol):
+        self.records = []
+
+    def scratch(self, tokens, width, dtype):
+        return FakeTensor((tokens, width))
+
+    def record(self, kernel_out, triton_out):
+        self.records.append((kernel_out, triton_out))
+
+    def read(self):
+        return {"calls": len(self.records)}
+
+
+@pytest.fixture
+def validating(libs, monkeypatch):
+    fake = SimpleNamespace(ValidateStats=_FakeValidateStats, is_capturing=lambda device: False)
+    monkeypatch.setitem(sys.modules, "kdtree_verify.validate", fake)
+    monkeypatch.setenv("KDTREE_VERIFY", "validate")
+    monkeypatch.setenv("KDTREE_LIB", str(libs["good"]))
+    binding = Binding()
+    assert lifecycle.install(tb, binding=binding)["state"] == "active"
+    return binding
+
+
+def test_a_kernel_exception_in_validate_mode_returns_tritons_output_and_falls_back(validating, capsys):
+    def boom(**kwargs):
+        raise RuntimeError("launch failed")
+
+    validating.kernel.run = boom
+    backend = make_backend()
+    assert call(backend) == tb.DOUBLE_OUTPUT  # never the kernel's exception
+    assert call(backend) == tb.DOUBLE_OUTPUT  # and from then on the original only
+    assert backend.calls == ["forward_extend", "forward_extend"]
+    st = lifecycle.status()
+    assert st["state"] == "fallback" and "kernel call failed: RuntimeError: launch failed" in st["reason"]
+    assert capsys.readouterr().err.count("kdtree-verify-fallback:") == 1

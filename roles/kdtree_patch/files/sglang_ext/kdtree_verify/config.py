@@ -3,15 +3,15 @@ KDTREE_LIB.
 
 `KDTREE_VERIFY_TOL` (default 0.02): a validate call counts as a mismatch when the max abs
 difference exceeds it (bf16 outputs of magnitude ~1 differ by up to ~1e-2 between two correct
-kernels that accumulate in a different order).
+kernels that accumulate in a different order). A value that is not a finite number >= 0 is refused
+(`nan` would make every comparison false, `inf` would hide every mismatch): the patch falls back
+with that reason in modes validate and on.
 """
 
 from __future__ import annotations
 
-import logging
+import math
 from collections.abc import Mapping
-
-logger = logging.getLogger(__name__)
 
 MODES = ("off", "validate", "on")
 DEFAULT_TOL = 0.02
@@ -25,13 +25,19 @@ def read_mode(env: Mapping[str, str]) -> tuple[str, str]:
     return "off", f"unknown KDTREE_VERIFY={raw!r} (use off, validate or on)"
 
 
-def read_tol(env: Mapping[str, str]) -> float:
-    raw = env.get("KDTREE_VERIFY_TOL", "")
+def read_tol(env: Mapping[str, str]) -> tuple[float, str]:
+    """(tolerance, problem). Unset or empty gives DEFAULT_TOL; anything but a finite number >= 0
+    (``nan``, ``inf``, ``-1``, ``abc``) is refused: DEFAULT_TOL and a problem text."""
+    raw = env.get("KDTREE_VERIFY_TOL", "").strip()
+    if not raw:
+        return DEFAULT_TOL, ""
     try:
-        return float(raw) if raw else DEFAULT_TOL
+        tol = float(raw)
     except ValueError:
-        logger.error("kdtree-verify: ignoring KDTREE_VERIFY_TOL=%r (not a number)", raw)
-        return DEFAULT_TOL
+        tol = math.nan
+    if math.isfinite(tol) and tol >= 0:
+        return tol, ""
+    return DEFAULT_TOL, f"KDTREE_VERIFY_TOL={raw!r} is not a finite number >= 0 (unset it for {DEFAULT_TOL})"
 
 
 def read_lib(env: Mapping[str, str]) -> str:

@@ -5,7 +5,8 @@ so it must cost next to nothing: only ``sys`` and the constants of ``kdtree_veri
 imported, and ``find_spec`` returns at once for
 every module except the one watched. When that module is imported, the finder asks the rest of
 ``sys.meta_path`` for the real spec and wraps its loader; after ``exec_module`` the callback runs.
-A failing callback prints a traceback on stderr and never breaks the import.
+A failing callback prints a traceback on stderr and never breaks the import (nor does a broken
+stderr).
 """
 
 from __future__ import annotations
@@ -66,16 +67,30 @@ def run_callback(callback: Callable[[ModuleType], None], module: ModuleType) -> 
     try:
         callback(module)
     except Exception:
+        _report(
+            f"kdtree-verify: error in the post-import hook for {module.__name__} "
+            "(the import goes on, unpatched):"
+        )
+
+
+def _report(headline: str) -> None:
+    """The headline and the current traceback on stderr; never raises (a broken stderr loses it)."""
+    try:
         import traceback
 
-        print(
-            f"kdtree-verify: error in the post-import hook for {module.__name__} "
-            "(the import goes on, unpatched):",
-            file=sys.stderr,
-            flush=True,
-        )
-        traceback.print_exc()
-        sys.stderr.flush()
+        text = f"{headline}\n{traceback.format_exc()}"
+    except Exception:
+        return
+    try:
+        from kdtree_verify.marker import say
+    except Exception:  # the package itself may be what is broken
+        try:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+        except Exception:
+            pass
+        return
+    say(text)
 
 
 def install(name: str, callback: Callable[[ModuleType], None]) -> PostImportFinder:

@@ -112,6 +112,10 @@ def _open(path: str) -> tuple[ctypes.CDLL, dict[str, Any]]:
         raise KernelUnavailable(f"library path is not absolute: {path}")
     if not os.path.isfile(path):
         raise KernelUnavailable(f"library not found: {path}")
+    from kdtree_verify import libfile  # ELF header and size before dlopen: no SIGBUS on a cut file
+
+    if problem := libfile.problem(path):
+        raise KernelUnavailable(problem)
     try:
         lib = ctypes.CDLL(path)
     except OSError as exc:

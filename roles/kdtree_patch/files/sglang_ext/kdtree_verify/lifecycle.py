@@ -64,8 +64,10 @@ def _signature_problem(cls: Any) -> str:
 def _read_env(env: Mapping[str, str]) -> tuple[str, str]:
     """Take mode, tolerance and library path from `env` and forget any loaded kernel: (mode, problem)."""
     mode, problem = config.read_mode(env)
+    STATE.tol, tol_problem = config.read_tol(env)
+    if mode != "off":  # off reads nothing else: a stray tolerance must not turn off into fallback
+        problem = problem or tol_problem
     STATE.mode = mode
-    STATE.tol = config.read_tol(env)
     STATE.lib = config.read_lib(env)
     STATE.lib_sha256 = ""
     STATE.kernel = None
@@ -238,6 +240,7 @@ def status() -> dict[str, Any]:
             "kernel_loaded": STATE.kernel is not None,
             "counts": dict(STATE.counts),
             "tol": STATE.tol,
+            **marker.delivery(),
         }
         if STATE.validate_stats is not None:
             out["validate"] = STATE.validate_stats.read()

@@ -12,10 +12,18 @@ backslash as ``\\x5c``), an empty value as ``-``. A deploy check matches the lin
 A later change of state inside the same process (the library fails to load on the first verify
 call, or the GPU is unsupported) is reported on a separate ``kdtree-verify-fallback:`` line, which
 the contract regex does not match, and in the status file.
+
+The status file ``$KDTREE_STATUS_DIR/<pid>.json`` is written only into a directory that is not a
+symlink, is owned by root or by this process's euid and is not group/world-writable, through a
+``<pid>.json.tmp`` created with O_EXCL|O_NOFOLLOW and renamed. When that cannot be done the process
+says so on a ``kdtree-verify-status: pid=<pid> state=unwritable reason=<r>`` line: a state of its
+own, matched by neither contract regex (``match_status_problem`` matches it). Every write to stderr
+goes through ``say()``: a broken stderr costs the line, never the caller.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -30,10 +38,17 @@ RUNTIME_PREFIX = "kdtree-verify-fallback:"
 # match_runtime_fallback(): this module is the only place the line format is written down.
 MARKER_RE = re.compile(rf"^{re.escape(PREFIX)} pid=(\d+) .* state=(\w+) ")
 RUNTIME_FALLBACK_RE = re.compile(rf"^{re.escape(RUNTIME_PREFIX)} pid=(\d+) ")
+# A status file that cannot be written (KDTREE_STATUS_DIR unsafe or not writable) is its own state
+# on its own line: the patch itself may well be active. Neither regex above matches this line.
+STATUS_PREFIX = "kdtree-verify-status:"
+STATUS_UNWRITABLE = "unwritable"
+STATUS_PROBLEM_RE = re.compile(rf"^{re.escape(STATUS_PREFIX)} pid=(\d+) state=({STATUS_UNWRITABLE}) ")
 FIELDS = ("pid", "ppid", "title", "mode", "state", "reason", "lib", "lib_sha256", "sglang")
 
 _lock = threading.Lock()
 _emitted: dict[str, Any] | None = None
+_printed = False  # did this process's marker line reach stderr?
+_status_file = ""  # the status file written last, or "unwritable: <reason>"; "" when none was asked for
 
 
 def escape(value: object) -> str:
@@ -90,28 +105,128 @@ def match_runtime_fallback(line: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def match_status_problem(line: str) -> tuple[int, str] | None:
+    """(pid, state) of a ``kdtree-verify-status:`` line (state ``unwritable``), or None."""
+    match = STATUS_PROBLEM_RE.match(line)
+    return (int(match.group(1)), match.group(2)) if match else None
+
+
+def say(text: str) -> bool:
+    """Write one line to stderr; never raises. False when the line was lost.
+
+    A broken stderr (a full disk such as /dev/full, a closed pipe, a closed or missing stream)
+    costs the line, never the caller. On a stream with a real file descriptor the bytes go straight
+    to the descriptor (after flushing what Python buffered), so a failed write leaves nothing in
+    Python's buffer to fail again, and change the exit status, at interpreter exit.
+    """
+    data = text.rstrip("\n") + "\n"
+    stream = sys.stderr
+    if stream is None:
+        return False
+    try:
+        try:
+            fd = stream.fileno()
+        except (AttributeError, OSError, ValueError):  # pytest's capture, StringIO, a closed stream
+            stream.write(data)
+            stream.flush()
+            return True
+        try:
+            stream.flush()
+        except Exception:
+            pass
+        raw = data.encode("utf-8", "backslashreplace")
+        while raw:
+            raw = raw[os.write(fd, raw) :]
+        return True
+    except Exception:
+        return False
+
+
+def _status_dir_problem(dir_fd: int, status_dir: str) -> str:
+    """Why the opened status directory must not be written to, or ''."""
+    st = os.fstat(dir_fd)
+    if st.st_uid not in (0, os.geteuid()):
+        return f"{status_dir} is owned by uid {st.st_uid}, not by root or this euid ({os.geteuid()})"
+    if st.st_mode & 0o022:
+        return f"{status_dir} is group- or world-writable (mode {st.st_mode & 0o7777:04o})"
+    return ""
+
+
+def _open_status_dir(status_dir: str) -> int:
+    """The status directory, opened without following a symlink; created (0755) when missing."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(status_dir, flags)
+    except FileNotFoundError:
+        try:
+            os.mkdir(status_dir, 0o755)
+        except FileExistsError:
+            pass
+        return os.open(status_dir, flags)
+
+
+def _create_exclusive(name: str, dir_fd: int) -> int:
+    """Create `name` in the directory, never through a symlink or over an existing file. One stale
+    entry of that name (a crashed process with this pid, a planted link) is unlinked (the link
+    itself, never its target) and the creation tried once more."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(name, flags, 0o644, dir_fd=dir_fd)
+    except FileExistsError:
+        os.unlink(name, dir_fd=dir_fd)
+        return os.open(name, flags, 0o644, dir_fd=dir_fd)
+
+
 def _write_status_file(fields: dict[str, Any]) -> None:
+    """`<KDTREE_STATUS_DIR>/<pid>.json` (when the variable is set), written safely; a problem is
+    reported on its own ``kdtree-verify-status:`` line (state=unwritable), never as a fallback."""
+    global _status_file
     status_dir = os.environ.get("KDTREE_STATUS_DIR")
     if not status_dir:
         return
+    name = f"{fields['pid']}.json"
+    tmp = f"{name}.tmp"
     try:
-        os.makedirs(status_dir, exist_ok=True)
-        path = os.path.join(status_dir, f"{fields['pid']}.json")
-        tmp = f"{path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(fields, fh, sort_keys=True)
-        os.replace(tmp, path)
-    except OSError as exc:
-        print(
-            f"{RUNTIME_PREFIX} pid={os.getpid()} cannot write status file: {exc}", file=sys.stderr, flush=True
-        )
+        if not os.path.isabs(status_dir):
+            raise ValueError(f"KDTREE_STATUS_DIR={status_dir!r} is not an absolute path")
+        if os.path.islink(status_dir):  # said clearly here; O_NOFOLLOW below closes the race
+            raise ValueError(f"{status_dir} is a symlink")
+        dir_fd = _open_status_dir(status_dir)
+        try:
+            problem = _status_dir_problem(dir_fd, status_dir)
+            if problem:
+                raise ValueError(problem)
+            data = json.dumps(fields, sort_keys=True, default=str).encode("utf-8")
+            fd = _create_exclusive(tmp, dir_fd)
+            try:
+                try:
+                    while data:
+                        data = data[os.write(fd, data) :]
+                finally:
+                    os.close(fd)
+                os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except OSError:  # a full disk: leave no half-written .tmp behind
+                try:
+                    os.unlink(tmp, dir_fd=dir_fd)
+                except OSError:
+                    pass
+                raise
+        finally:
+            os.close(dir_fd)
+        _status_file = os.path.join(status_dir, name)
+    except (OSError, ValueError) as exc:
+        reason = str(exc)
+        if isinstance(exc, OSError) and exc.errno == errno.ELOOP:
+            reason = f"{status_dir} or {tmp} became a symlink: {exc}"
+        _status_file = f"{STATUS_UNWRITABLE}: {reason}"
+        say(f"{STATUS_PREFIX} pid={os.getpid()} state={STATUS_UNWRITABLE} reason={escape(reason)}")
 
 
 def emit(
     mode: str, state: str, reason: str = "", lib: str = "", lib_sha256: str = "", sglang: str = ""
 ) -> bool:
     """Print the marker once per process. Returns False when it was already printed."""
-    global _emitted
+    global _emitted, _printed
     with _lock:
         if _emitted is not None and _emitted["pid"] == os.getpid():
             return False
@@ -126,7 +241,7 @@ def emit(
             "lib_sha256": lib_sha256,
             "sglang": sglang,
         }
-        print(format_line(fields), file=sys.stderr, flush=True)
+        _printed = say(format_line(fields))
         _emitted = fields
         _write_status_file(fields)
         return True
@@ -136,7 +251,7 @@ def emit_runtime_fallback(reason: str) -> None:
     """A process that said state=active and then had to fall back: say so, loudly, once per reason."""
     with _lock:
         line = f"{RUNTIME_PREFIX} pid={os.getpid()} state=fallback reason={escape(reason)}"
-        print(line, file=sys.stderr, flush=True)
+        say(line)
         if _emitted is not None and _emitted["pid"] == os.getpid():
             _emitted["state"] = "fallback"
             _emitted["reason"] = reason
@@ -151,8 +266,17 @@ def emitted() -> dict[str, Any] | None:
     return None
 
 
+def delivery() -> dict[str, Any]:
+    """Where this process's marker went: printed to stderr or lost, and the status file (its path,
+    ``unwritable: <reason>``, or '' when KDTREE_STATUS_DIR is not set)."""
+    mine = _emitted is not None and _emitted["pid"] == os.getpid()
+    return {"marker_printed": mine and _printed, "status_file": _status_file if mine else ""}
+
+
 def reset_for_tests() -> None:
     """Forget this process's marker, so the next emit() prints again (tests only)."""
-    global _emitted
+    global _emitted, _printed, _status_file
     with _lock:
         _emitted = None
+        _printed = False
+        _status_file = ""

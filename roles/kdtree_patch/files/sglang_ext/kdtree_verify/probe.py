@@ -24,13 +24,17 @@ from kdtree_verify import importhook
 from kdtree_verify.target import TARGET_MODULE
 
 EXIT_ACTIVE, EXIT_NOT_ACTIVE, EXIT_PROBE_FAILED = 0, 1, 2
+RECORD_MODULE = "_kdtree_sitecustomize_record"  # sitecustomize.py's _RECORD_NAME
 
 
 def _sitecustomize_report() -> dict[str, Any]:
     module = sys.modules.get("sitecustomize")
     if module is None:
         return {"module": None, "ran": []}
-    ran = list(getattr(module, "KDTREE_RAN", [getattr(module, "__file__", None)]))
+    # The hook's per-process record (sitecustomize.py) also knows a chain that reached it from another
+    # file; without it, the sitecustomize module's own list or just its file.
+    record = sys.modules.get(RECORD_MODULE)
+    ran = getattr(record, "ran", None) or getattr(module, "KDTREE_RAN", [getattr(module, "__file__", None)])
     return {"module": getattr(module, "__file__", None), "ran": [p for p in ran if p]}
 
 

@@ -1,0 +1,260 @@
+"""Apply each deliberate bug (mutant) to a temporary copy of the tree and expect its tests to fail.
+
+Run through scripts/mutation-check.sh (make mutation-check). For every mutant: copy the working tree
+(tracked and untracked, not ignored files; never the working files themselves), change one site of
+one file, run the mutant's test selection with pytest there, and print one line:
+
+    KILLED    <name>  <seconds> s   (pytest failed: a test caught the bug)
+    SURVIVED  <name>  <seconds> s   (pytest passed: no test caught it)
+    ERROR     <name>  ...           (pytest could not run the selection: exit status other than 0 or 1)
+    NOT-FOUND <name>  ...           (the mutation site is gone: the pattern matched 0 or >1 times)
+
+A site is a regex inside a region (from a `def name(` line to the next top-level statement), so an
+edit elsewhere in the file does not move it; a pattern that matches nothing, or more than once,
+is reported as "mutation site not found" instead of mutating the wrong line. Before the mutants,
+every selection must pass on an unmutated copy (else the run stops: a kill would mean nothing).
+Exit status 0 only when every mutant was killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EXT = "roles/kdtree_patch/files/sglang_ext"
+PKG = f"{EXT}/kdtree_verify"
+SMOKE = "plugins/modules/kdtree_smoke.py"
+# Untracked links into /work/main in a worktree: never copied (the run uses this venv's pytest).
+SKIP_TOP = {".venv", ".cache", ".git"}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str  # file to mutate, relative to the root
+    region: str  # name of the top-level def that holds the site
+    pattern: str  # regex matched inside the region, exactly once
+    replacement: str  # re.sub replacement
+    tests: tuple[str, ...]  # pytest arguments (node ids, files, -k ...)
+    why: str
+
+
+PATCH_DOUBLE = "tests/ext/fast/test_patch_double.py"
+UNSUPPORTED = f"{PATCH_DOUBLE}::test_unsupported_shapes_and_options_go_to_the_original_unchanged"
+MUTANTS = (
+    Mutant(
+        "validate-reraises",
+        f"{PKG}/dispatch.py",
+        "_validate",
+        r'(_runtime_fallback\(f"kernel call failed[^\n]*\n)([ \t]+)return triton_out',
+        r"\1\2raise",
+        (f"{PATCH_DOUBLE}::test_a_kernel_exception_in_validate_mode_returns_tritons_output_and_falls_back",),
+        "_validate re-raises a kernel exception instead of returning Triton's output",
+    ),
+    Mutant(
+        "check-error-to-kernel",
+        f"{PKG}/dispatch.py",
+        "dispatch",
+        r'reason = f"dispatch check failed: [^\n]*',
+        "reason = None",
+        (f"{PATCH_DOUBLE}::test_an_exception_while_checking_a_call_sends_it_to_the_original_not_the_kernel",),
+        "an exception inside unsupported_reason sends the call to the kernel",
+    ),
+    Mutant(
+        "no-mha-one-shot",
+        f"{PKG}/dispatch.py",
+        "unsupported_reason",
+        r"\n[ \t]+if [^\n]*mha_one_shot[^\n]*:\n[ \t]+return [^\n]*",
+        "",
+        (f"{UNSUPPORTED}[mha one-shot]",),
+        "the mha_one_shot check is removed",
+    ),
+    Mutant(
+        "chain-to-last",
+        f"{EXT}/sitecustomize.py",
+        "_next_sitecustomize",
+        r"fresh\[0\]",
+        "fresh[-1]",
+        ("tests/ext/fast/test_faults.py::test_the_chain_runs_the_next_sitecustomize_not_a_later_one",),
+        "sitecustomize chains to the last sitecustomize on sys.path instead of the next",
+    ),
+    Mutant(
+        "mode-case-sensitive",
+        f"{PKG}/config.py",
+        "read_mode",
+        r"\.lower\(\)",
+        "",
+        ("tests/ext/fast/test_config.py",),
+        "mode parsing drops .lower()",
+    ),
+    Mutant(
+        "nccl-missing-accepted",
+        SMOKE,
+        "_check_schedulers",
+        r"if env\.get\((\w+)\) != str\((\w+)\)",
+        r"if \1 in env and env.get(\1) != str(\2)",
+        ("tests/roles/test_smoke_mutants.py", "-k", "nccl"),
+        "the smoke check accepts a scheduler that lacks a wanted NCCL variable",
+    ),
+    Mutant(
+        "scheduler-count-ge",
+        SMOKE,
+        "judge",
+        r"count == expected",
+        "count >= expected",
+        ("tests/roles/test_smoke_mutants.py", "-k", "schedulers"),
+        "the smoke check accepts more schedulers than TP ranks (== became >=)",
+    ),
+    Mutant(
+        "sliding-window-gt-0",
+        f"{PKG}/dispatch.py",
+        "unsupported_reason",
+        r"sliding_window_size > -1(?=:)",  # the code, not the docstring that quotes it
+        "sliding_window_size > 0",
+        (f"{UNSUPPORTED}[sliding window of size 0]",),
+        "the sliding-window check becomes > 0 (a window of 0 would reach the kernel)",
+    ),
+)
+
+
+class SiteNotFound(Exception):
+    pass
+
+
+def region_span(text: str, name: str) -> tuple[int, int]:
+    """[start, end) of the top-level `def name(` block: up to the next line that starts at column 0
+    with something other than a comment or the `)` of a signature split over lines."""
+    match = re.search(rf"^(?:async )?def {re.escape(name)}\(", text, re.M)
+    if match is None:
+        raise SiteNotFound(f"no top-level def {name}()")
+    body_start = text.find("\n", match.end()) + 1 or len(text)
+    following = re.search(r"^(?=[^\s#)])", text[body_start:], re.M)  # `)` closes a long signature
+    return match.start(), body_start + following.start() if following else len(text)
+
+
+def mutate_text(text: str, mutant: Mutant) -> str:
+    start, end = region_span(text, mutant.region)
+    body = text[start:end]
+    found = list(re.finditer(mutant.pattern, body))
+    if len(found) != 1:
+        raise SiteNotFound(f"/{mutant.pattern}/ matches {len(found)} times in {mutant.region}() (wanted 1)")
+    changed = re.sub(mutant.pattern, mutant.replacement, body, count=1)
+    if changed == body:
+        raise SiteNotFound("the replacement changes nothing")
+    return text[:start] + changed + text[end:]
+
+
+def tree_files(root: Path) -> list[str]:
+    out = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    return sorted(
+        {p for p in out.split("\0") if p and p.split("/", 1)[0] not in SKIP_TOP and os.path.lexists(root / p)}
+    )
+
+
+def copy_tree(root: Path, files: list[str], dest: Path) -> None:
+    for rel in files:
+        src, dst = root / rel, dest / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            os.symlink(os.readlink(src), dst)
+        else:
+            shutil.copy2(src, dst)
+
+
+def run_pytest(pytest: str, tree: Path, args: tuple[str, ...], timeout: float) -> tuple[int, str]:
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    env.pop("PYTHONPATH", None)
+    cmd = [pytest, "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=", *args]
+    try:
+        proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return 124, f"timed out after {timeout:.0f} s"
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def last_line(output: str) -> str:
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pytest", default=str(ROOT / ".venv" / "bin" / "pytest"))
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per pytest run")
+    parser.add_argument("--only", action="append", default=[], help="run only this mutant (repeatable)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary trees")
+    args = parser.parse_args(argv)
+    mutants = [m for m in MUTANTS if not args.only or m.name in args.only]
+    unknown = set(args.only) - {m.name for m in MUTANTS}
+    if unknown:
+        print(f"mutation-check: unknown mutant(s): {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    files = tree_files(ROOT)
+    width = max(len(m.name) for m in mutants)
+    work = Path(tempfile.mkdtemp(prefix="kdtree-mutation-"))
+    try:
+        baseline = work / "baseline"
+        copy_tree(ROOT, files, baseline)
+        selection = tuple(arg for m in mutants for arg in m.tests if arg != "-k" and not _is_k_expr(m, arg))
+        started = time.monotonic()
+        rc, output = run_pytest(args.pytest, baseline, tuple(dict.fromkeys(selection)), args.timeout)
+        if rc != 0:
+            print(
+                f"mutation-check: the unmutated selections do not pass (pytest exit {rc}):", file=sys.stderr
+            )
+            print(output[-4000:], file=sys.stderr)
+            return 2
+        print(f"baseline  unmutated tree, every selection passes  {time.monotonic() - started:5.1f} s")
+        failures = 0
+        for mutant in mutants:
+            started = time.monotonic()
+            tree = work / mutant.name
+            copy_tree(ROOT, files, tree)
+            target = tree / mutant.path
+            try:
+                target.write_text(mutate_text(target.read_text(), mutant))
+            except (SiteNotFound, FileNotFoundError) as exc:
+                failures += 1
+                print(f"NOT-FOUND {mutant.name:<{width}}  mutation site not found in {mutant.path}: {exc}")
+                continue
+            rc, output = run_pytest(args.pytest, tree, mutant.tests, args.timeout)
+            seconds = time.monotonic() - started
+            verdict = {0: "SURVIVED", 1: "KILLED"}.get(rc, "ERROR")
+            failures += verdict != "KILLED"
+            detail = (
+                mutant.why if verdict == "KILLED" else f"{mutant.why}; pytest exit {rc}: {last_line(output)}"
+            )
+            print(f"{verdict:<9} {mutant.name:<{width}}  {seconds:5.1f} s  {detail}", flush=True)
+            if not args.keep:
+                shutil.rmtree(tree, ignore_errors=True)
+        killed = len(mutants) - failures
+        print(f"mutation-check: {killed}/{len(mutants)} mutants killed")
+        return 0 if failures == 0 else 1
+    finally:
+        if args.keep:
+            print(f"mutation-check: trees kept in {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _is_k_expr(mutant: Mutant, arg: str) -> bool:
+    """Is `arg` the expression after a -k in the mutant's arguments?"""
+    tests = mutant.tests
+    return any(tests[i] == "-k" and tests[i + 1] == arg for i in range(len(tests) - 1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""scripts/mutation_check.py finds every mutation site exactly once in this tree (so another branch's
+edit that moves or removes a site shows up here, in the fast tests, and not only in make
+mutation-check), and says "not found" rather than mutating something else."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+from extlib import ROOT
+
+spec = importlib.util.spec_from_file_location("mutation_check", ROOT / "scripts" / "mutation_check.py")
+mc = importlib.util.module_from_spec(spec)
+sys.modules["mutation_check"] = mc  # dataclasses look the module up while the class is built
+spec.loader.exec_module(mc)
+
+
+@pytest.mark.parametrize("mutant", mc.MUTANTS, ids=lambda m: m.name)
+def test_every_mutation_site_is_found_once_and_changes_only_its_region(mutant):
+    text = (ROOT / mutant.path).read_text()
+    mutated = mc.mutate_text(text, mutant)
+    start, end = mc.region_span(text, mutant.region)
+    assert mutated != text
+    assert mutated[:start] == text[:start]
+    assert mutated[len(mutated) - (len(text) - end) :] == text[end:]
+
+
+def test_a_site_that_is_gone_or_ambiguous_is_reported_not_mutated():
+    (mode,) = [m for m in mc.MUTANTS if m.name == "mode-case-sensitive"]
+    with pytest.raises(mc.SiteNotFound, match="matches 0 times in read_mode"):
+        mc.mutate_text("def read_mode(env):\n    return env['KDTREE_VERIFY']\n", mode)
+    with pytest.raises(mc.SiteNotFound, match="matches 2 times"):
+        mc.mutate_text("def read_mode(env):\n    return env.lower().lower()\n", mode)
+    with pytest.raises(mc.SiteNotFound, match="no top-level def read_mode"):
+        mc.mutate_text("def other(env):\n    return env.lower()\n", mode)
+
+
+def test_a_region_ends_at_the_next_top_level_statement_not_at_a_split_signature():
+    text = "def a(\n    x,\n):\n    return x.lower()\n\n\ndef b():\n    return 1\n"
+    start, end = mc.region_span(text, "a")
+    assert text[start:end].rstrip().endswith("return x.lower()")
