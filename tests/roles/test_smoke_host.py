@@ -37,8 +37,44 @@ def own_cgroup() -> str:
     pytest.skip("no systemd or unified cgroup line")
 
 
+# The fake journalctl: prints journal.jsonl (one JSON record a line, as `journalctl --output=json`
+# writes them) from the record after --after-cursor=C on; no filtering, so the reader's own
+# classification of the records is what the tests see.
+FAKE_JOURNALCTL = """\
+import os, sys
+calls, out = sys.argv[1], sys.argv[2]
+args = sys.argv[3:]
+with open(calls, "a") as handle:
+    handle.write("journalctl " + " ".join(args) + "\\n")
+with open(out, "rb") as handle:
+    lines = handle.read().splitlines(keepends=True)
+cursor = next((a.split("=", 1)[1] for a in args if a.startswith("--after-cursor=")), None)
+if cursor is not None:
+    index = next(i for i, line in enumerate(lines) if b'"__CURSOR": "%s"' % cursor.encode() in line)
+    lines = lines[index + 1 :]
+sys.stdout.buffer.write(b"".join(lines))
+"""
+
+
+def record(message: str | bytes, n: int, **fields) -> dict:
+    """A record as `journalctl --output=json --all` prints it (text that is not UTF-8: a byte array)."""
+    if isinstance(message, bytes):
+        try:
+            message = message.decode("utf-8")
+        except UnicodeDecodeError:
+            message = list(message)
+    base = {"__CURSOR": f"s=fake;i={n:x}", "__REALTIME_TIMESTAMP": str(int((time.time() + n) * 1e6))}
+    base.update({"_SYSTEMD_INVOCATION_ID": INVOCATION, "_SYSTEMD_UNIT": "sglang.service", "_PID": "100"})
+    base.update(fields)
+    base["MESSAGE"] = message
+    return base
+
+
 class FakeHost:
-    """Fake systemctl/journalctl on PATH; what they print and how they were called."""
+    """Fake systemctl/journalctl on PATH; what they print and how they were called.
+
+    journal: the run's lines (str, or bytes for raw output); records: extra records (another unit's
+    lines, journald's suppression record) written after them."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -47,31 +83,50 @@ class FakeHost:
         self.calls = root / "calls"
         self.calls.touch()
         self.props = {"ActiveState": "active", "InvocationID": INVOCATION, "NRestarts": "0"}
-        self.journal: list[str] = []
-        for name in ("systemctl", "journalctl"):
-            script = self.bin / name
-            script.write_text(
-                textwrap.dedent(
-                    f"""\
-                    #!/bin/sh
-                    echo "{name} $*" >> {self.calls}
-                    if [ "$1" = restart ]; then
-                      sleep "${{FAKE_RESTART_SLEEP:-0}}"; exit "${{FAKE_RESTART_RC:-0}}"
-                    fi
-                    sleep "${{FAKE_{name.upper()}_SLEEP:-0}}"
-                    cat {root / name}.out
-                    exit "${{FAKE_{name.upper()}_RC:-0}}"
-                    """
-                )
+        self.journal: list[str | bytes] = []
+        self.records: list[dict] = []
+        script = self.bin / "systemctl"
+        script.write_text(
+            textwrap.dedent(
+                f"""\
+                #!/bin/sh
+                echo "systemctl $*" >> {self.calls}
+                if [ "$1" = restart ]; then
+                  sleep "${{FAKE_RESTART_SLEEP:-0}}"; exit "${{FAKE_RESTART_RC:-0}}"
+                fi
+                sleep "${{FAKE_SYSTEMCTL_SLEEP:-0}}"
+                cat {root / "systemctl"}.out
+                exit "${{FAKE_SYSTEMCTL_RC:-0}}"
+                """
             )
-            script.chmod(0o755)
+        )
+        script.chmod(0o755)
+        (root / "journalctl.py").write_text(FAKE_JOURNALCTL)
+        script = self.bin / "journalctl"
+        script.write_text(
+            textwrap.dedent(
+                f"""\
+                #!/bin/sh
+                sleep "${{FAKE_JOURNALCTL_SLEEP:-0}}"
+                exec {sys.executable} {root / "journalctl.py"} {self.calls} {root / "journal.jsonl"} "$@"
+                """
+            )
+        )
+        script.chmod(0o755)
 
     def write(self) -> None:
         (self.root / "systemctl.out").write_text("".join(f"{k}={v}\n" for k, v in self.props.items()))
-        (self.root / "journalctl.out").write_text("".join(f"{line}\n" for line in self.journal))
+        records = [record(line, n) for n, line in enumerate(self.journal)]
+        records += [
+            {"__CURSOR": f"s=fake;i={n + len(records):x}", **extra} for n, extra in enumerate(self.records)
+        ]
+        (self.root / "journal.jsonl").write_text("".join(json.dumps(item) + "\n" for item in records))
 
     def called(self) -> list[str]:
         return self.calls.read_text().splitlines()
+
+    def journal_calls(self) -> list[str]:
+        return [call for call in self.called() if call.startswith("journalctl")]
 
 
 @pytest.fixture
@@ -145,7 +200,7 @@ def test_read_host_reads_the_unit_the_run_s_journal_health_and_the_schedulers(
     assert snap.health == "200"
     assert [(p.pid, p.environ) for p in snap.schedulers] == [(pid, {"NCCL_ALGO": "Ring"})]
     assert snap.schedulers[0].title.startswith(title)
-    assert f"journalctl -o cat --no-pager _SYSTEMD_INVOCATION_ID={INVOCATION}" in fake.called()
+    assert fake.journal_calls() == [" ".join(hu.journal_command(INVOCATION))]
     assert hu.Snapshot.from_dict(json.loads(json.dumps(snap.to_dict()))) == snap
 
 
@@ -167,7 +222,7 @@ def test_no_invocation_reads_the_unit_s_current_run(hu, fake):
     fake.write()
     snap = hu.read_host(hu.Query(unit="sglang"))
     assert snap.invocation_id == "f" * 32
-    assert fake.called()[-1] == f"journalctl -o cat --no-pager _SYSTEMD_INVOCATION_ID={'f' * 32}"
+    assert fake.called()[-1] == " ".join(hu.journal_command("f" * 32))
 
 
 def test_a_journal_only_read_runs_nothing_else(hu, fake):
@@ -226,7 +281,7 @@ def test_health_reports_a_refused_connection(hu):
 
 def test_restart_unit_is_bounded(hu, fake, monkeypatch):
     monkeypatch.setenv("FAKE_RESTART_SLEEP", "5")
-    with pytest.raises(hu.HostError, match=r"did not return within 0\.3 s"):
+    with pytest.raises(hu.HostError, match=r"^restart did not finish within 0\.3 s"):
         hu.restart_unit("sglang", 0.3)
 
 
@@ -261,9 +316,17 @@ def test_load_marker_loads_the_installed_file_standalone(hu, marker):
     assert marker.__name__ == "kdtree_smoke_host_marker"  # by path, not as the kdtree_verify package
 
 
+def hostread_module():
+    sys.path.insert(0, str(ROOT / "scripts" / "testhosts"))
+    try:
+        return importlib.import_module("hostread")
+    finally:
+        sys.path.remove(str(ROOT / "scripts" / "testhosts"))
+
+
 def test_smoke_host_runs_standalone_without_ansible(tmp_path):
-    """scripts/testhosts/hostread.py sends this file to a host's bare python3: stdlib only."""
-    driver = SMOKE_HOST.read_text(encoding="utf-8") + textwrap.dedent(
+    """scripts/testhosts/hostread.py sends read_host's files to a host's bare python3: stdlib only."""
+    driver = hostread_module().host_source() + textwrap.dedent(
         """
         import json
         snap = read_host(Query(unit="x"), parts=frozenset())
@@ -283,11 +346,7 @@ def test_smoke_host_runs_standalone_without_ansible(tmp_path):
 
 def test_hostread_reads_a_host_with_read_host(hu, marker, fake, scheduler, health_server, tmp_path):
     """scripts/testhosts/hostread.py's program, run here the way `podman exec -i HOST python3 -` runs it."""
-    sys.path.insert(0, str(ROOT / "scripts" / "testhosts"))
-    try:
-        hostread = importlib.import_module("hostread")
-    finally:
-        sys.path.remove(str(ROOT / "scripts" / "testhosts"))
+    hostread = hostread_module()
     assert hostread.smoke_host is hu
     pid, title = scheduler
     fake.props["DropInPaths"] = "/etc/systemd/system/sglang.service.d/50-kdtree.conf"

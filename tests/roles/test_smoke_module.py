@@ -58,7 +58,7 @@ class Host:
         self.nrestarts = 3
         self.now += 1.0
 
-    def read(self, query, marker=None, parts=None):
+    def read(self, query, marker=None, parts=None, journal=None):
         self.reads.append(parts)
         hu = self.hu
         props = {"ActiveState": "active", "InvocationID": self.invocation, "NRestarts": str(self.nrestarts)}
@@ -95,6 +95,10 @@ def params(**over) -> dict:
         "patch_dir": str(PATCH_DIR),
         "nccl_env": {"NCCL_ALGO": "Ring"},
         "fail_on_error": True,
+        "stall_timeout_s": 0.0,
+        "status_dir": "",
+        "benign_tracebacks": ["OpenAIServingResponses init traceback:"],
+        "extra_benign_tracebacks": [],
     }
     base.update(over)
     return base
@@ -148,7 +152,7 @@ def results(module, hu) -> dict[str, dict]:
         "rollback": execute(module, Host(hu), marker_state="", patch_dir=""),
     }
 
-    def unreadable(query, marker=None, parts=None):
+    def unreadable(query, marker=None, parts=None, journal=None):
         raise hu.HostError("journalctl timed out")
 
     run = {"invocation_id": INVOCATION, "baseline_nrestarts": 0, "started_at": T0, "healthy_since": None}
@@ -217,12 +221,12 @@ def test_a_restart_is_bounded_and_starts_a_new_run(smoke_module, hu):
     result = execute(smoke_module, host, restart=True, restart_timeout_s=120.0)
     assert host.restarts == [("sglang", 120.0)]
     assert result["changed"] is True
-    assert result["run"] == {
+    assert {key: result["run"][key] for key in ("invocation_id", "baseline_nrestarts", "started_at")} == {
         "invocation_id": "a" * 32,
         "baseline_nrestarts": 3,
         "started_at": T0,
-        "healthy_since": T0 + 1.0,
     }
+    assert result["run"]["healthy_since"] == T0 + 1.0
     assert result["state"] == "ok"
 
 
@@ -275,14 +279,22 @@ def test_a_rollback_needs_no_marker_py(smoke_module, hu):
     assert result["schedulers"][0]["marker"] == "none"
 
 
-def test_a_failed_restart_fails_the_module(smoke_module, hu):
+def test_a_restart_that_does_not_finish_is_a_failed_run_with_its_own_message(smoke_module, hu):
+    """A failed run, not a module failure: with fail_on_error false (a rollback) the caller goes on."""
     host = Host(hu)
 
     def restart(unit, timeout_s):
-        raise hu.HostError("systemctl restart sglang.service did not return within 300 s")
+        host.now += timeout_s
+        raise hu.HostError(
+            f"restart did not finish within {timeout_s:g} s (`systemctl restart {unit}.service`)"
+        )
 
-    with pytest.raises(smoke_module.SmokeError, match="did not return within 300 s"):
-        smoke_module.execute(params(restart=True), read=host.read, restart=restart)
+    result = smoke_module.execute(params(restart=True), read=host.read, restart=restart, clock=host.clock)
+    assert result["state"] == "failed"
+    assert result["why"].startswith("restart did not finish within 300 s")
+    assert result["msg"].startswith("sglang.service: restart did not finish within 300 s")
+    assert result["changed"] is True
+    assert host.reads == []
 
 
 # --- the action plugin -----------------------------------------------------------------------

@@ -8,9 +8,12 @@ One test per rule; each fails when its rule is removed from judge().
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
+
+journal = importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils.journal")
 
 INVOCATION = "0123456789abcdef0123456789abcdef"
 NCCL = {"NCCL_P2P_LEVEL": "SYS", "NCCL_ALGO": "Ring"}
@@ -67,26 +70,38 @@ class Host:
             101: ("sglang::scheduler_TP0 ", dict(NCCL)),
             102: ("sglang::scheduler_TP1 ", dict(NCCL)),
         }
+        self.benign = journal.DEFAULT_BENIGN_TRACEBACKS
+        self.suppressed = 0
+        self.statuses: list = []
+        self.seen_lines = 0  # lines an earlier snapshot already read (new_lines counts the rest)
 
     def mark(self, *pids: int, state: str = "active") -> Host:
         self.journal += [marker_line(self.marker, pid, state) for pid in pids]
         return self
 
     def snapshot(self):
-        markers, fallbacks = self.hu.parse_journal(self.journal, self.marker)
+        state = journal.JournalState()
+        benign = journal.compile_benign(self.benign)
+        for line in self.journal:
+            state.feed_line(line, self.marker, benign)
+        state.suppressed = self.suppressed
+        state.suppressed_line = (
+            f"Suppressed {self.suppressed} messages from sglang.service" if self.suppressed else ""
+        )
         snap = self.hu.Snapshot(
             read_at=T0 + self.at,
             invocation_id=INVOCATION,
             props=dict(self.props),
-            journal=list(self.journal),
-            markers=markers,
-            runtime_fallbacks=fallbacks,
             health=self.health,
             schedulers=[
                 self.hu.Process(pid=pid, title=title, environ=env)
                 for pid, (title, env) in sorted(self.schedulers.items())
             ],
+            new_lines=len(self.journal) - self.seen_lines,
+            statuses=list(self.statuses),
         )
+        self.hu.apply_journal(snap, state)
+        self.seen_lines = len(self.journal)
         # plain data: what crosses JSON is all judge() needs
         return self.hu.Snapshot.from_dict(json.loads(json.dumps(snap.to_dict())))
 
@@ -389,6 +404,7 @@ class Script:
         self.now = T0 + 10.0
         self.reads: list[str] = []
         self.sleeps: list[float] = []
+        self.states: list = []  # the journal state each read was handed
 
     def clock(self) -> float:
         return self.now
@@ -397,11 +413,15 @@ class Script:
         self.sleeps.append(seconds)
         self.now += seconds
 
-    def read(self, query, marker=None, parts=None):
+    def read(self, query, marker=None, parts=None, journal=None):
         assert query.invocation_id == INVOCATION
+        self.states.append(journal)
         if parts == frozenset(("journal",)):
             self.reads.append("journal")
-            return self.hu.Snapshot(read_at=self.now, invocation_id=INVOCATION, journal=self.journals.pop(0))
+            state = globals()["journal"].JournalState()
+            for line in self.journals.pop(0):
+                state.feed_line(line)
+            return self.hu.apply_journal(self.hu.Snapshot(read_at=self.now, invocation_id=INVOCATION), state)
         self.reads.append("all")
         if self.pictures:
             self.pictures.pop(0)(self.host)
@@ -487,7 +507,7 @@ def test_a_dead_unit_without_a_traceback_fails_after_a_bounded_wait(smoke_module
 
 
 def test_a_host_that_cannot_be_read_fails_the_run(smoke_module, hu, host):
-    def read(query, marker=None, parts=None):
+    def read(query, marker=None, parts=None, journal=None):
         raise hu.HostError("`journalctl ...` did not finish within 15 s")
 
     query = hu.Query(unit="sglang", invocation_id=INVOCATION)
