@@ -381,3 +381,128 @@ def test_hostread_reads_a_host_with_read_host(hu, marker, fake, scheduler, healt
         "arch": "sm_120",
         "schedulers": [{"pid": pid, "title": title, "marker": "active"}],
     }
+
+
+# --- the journal read on from its cursor, bytes, suppression, the health port's owner ----------
+
+
+def test_the_second_look_reads_only_the_new_lines_from_the_cursor(hu, marker, fake):
+    fake.journal = ["loading", "still loading"]
+    fake.write()
+    query = hu.Query(unit="sglang", invocation_id=INVOCATION)
+    first = hu.read_host(query, marker, parts=frozenset(("journal",)))
+    assert first.new_lines == 2
+    cursor = first.journal_state["cursor"]
+    assert cursor == "s=fake;i=1"
+    fake.journal += [marker.format_line({"pid": 101, "state": "active"}), "ready"]
+    fake.write()
+    second = hu.read_host(query, marker, parts=frozenset(("journal",)), journal=first.journal_state)
+    assert fake.journal_calls()[1] == " ".join(hu.journal_command(INVOCATION, cursor))
+    assert f"--after-cursor={cursor}" in fake.journal_calls()[1]
+    assert second.new_lines == 2  # only the two new ones were read
+    assert second.journal == ["loading", "still loading", fake.journal[2], "ready"]
+    assert [(m.pid, m.state) for m in second.markers] == [(101, "active")]
+    third = hu.read_host(query, marker, parts=frozenset(("journal",)), journal=second.journal_state)
+    assert third.new_lines == 0
+    assert third.journal_state["cursor"] == "s=fake;i=3"
+
+
+def test_invalid_utf8_and_a_100_kib_line_do_not_stop_the_reading(hu, marker, fake):
+    long_line = ("é" * 50_000).encode()
+    fake.journal = [long_line[:49_151], long_line[49_151:98_303], long_line[98_303:], b"\xff\xfe\x00 binary"]
+    fake.journal.append(marker.format_line({"pid": 101, "state": "active"}))
+    fake.write()
+    snap = hu.read_host(
+        hu.Query(unit="sglang", invocation_id=INVOCATION), marker, parts=frozenset(("journal",))
+    )
+    assert snap.new_lines == 5
+    assert [(m.pid, m.state) for m in snap.markers] == [(101, "active")]
+    assert "\ufffd" in snap.journal[3]
+    assert snap.fatal == []
+
+
+def test_a_traceback_in_another_unit_s_record_is_not_read_as_the_run_s(hu, fake):
+    fake.journal = ["loading"]
+    fake.records = [
+        {"MESSAGE": "Traceback (most recent call last):", "_SYSTEMD_UNIT": "nginx.service", "_PID": "77"}
+    ]
+    fake.write()
+    snap = hu.read_host(hu.Query(unit="sglang", invocation_id=INVOCATION), parts=frozenset(("journal",)))
+    assert (snap.new_lines, snap.journal, snap.fatal) == (1, ["loading"], [])
+
+
+def status_file(directory: Path, pid: int, state: str = "active", **extra) -> Path:
+    directory.mkdir(exist_ok=True)
+    path = directory / f"{pid}.json"
+    path.write_text(json.dumps({"pid": pid, "state": state, "mode": "validate", "reason": "", **extra}))
+    return path
+
+
+def suppressed(fake, count: int = 5000) -> None:
+    """A flood of the run's lines, then journald's record that it dropped the rest (the markers)."""
+    fake.journal = [f"flood {n}" for n in range(50)]
+    fake.records = [
+        {
+            "MESSAGE": f"Suppressed {count} messages from sglang.service",
+            "MESSAGE_ID": "a596d6fe7bfa4994828e72dfa8b8a6d5",
+            "N_DROPPED": str(count),
+            "OBJECT_SYSTEMD_INVOCATION_ID": INVOCATION,
+            "_SYSTEMD_UNIT": "systemd-journald.service",
+        }
+    ]
+    fake.write()
+
+
+def test_after_journald_suppression_the_status_file_gives_the_marker(hu, marker, fake, scheduler, tmp_path):
+    pid, title = scheduler
+    suppressed(fake)
+    written = status_file(tmp_path / "status", pid)
+    query = hu.Query(
+        unit="sglang", invocation_id=INVOCATION, scheduler_prefix=title, status_dir=str(tmp_path / "status")
+    )
+    snap = hu.read_host(query, marker)
+    assert snap.suppressed == 5000
+    assert snap.markers == []
+    assert [(s.pid, s.state, s.runtime_fallback) for s in snap.statuses] == [(pid, "active", False)]
+    assert snap.statuses[0].line.startswith(f"{written}: state=active")
+
+
+def test_status_files_are_read_only_after_a_suppression(hu, marker, fake, scheduler, tmp_path):
+    pid, title = scheduler
+    fake.journal = ["loading"]
+    fake.write()
+    status_file(tmp_path / "status", pid)
+    query = hu.Query(
+        unit="sglang", invocation_id=INVOCATION, scheduler_prefix=title, status_dir=str(tmp_path / "status")
+    )
+    assert hu.read_host(query, marker).statuses == []
+
+
+def test_a_status_file_of_an_earlier_process_with_the_same_pid_does_not_count(
+    hu, marker, fake, scheduler, tmp_path
+):
+    pid, title = scheduler
+    suppressed(fake)
+    old = status_file(tmp_path / "status", pid)
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    query = hu.Query(
+        unit="sglang", invocation_id=INVOCATION, scheduler_prefix=title, status_dir=str(tmp_path / "status")
+    )
+    assert hu.read_host(query, marker).statuses == []
+
+
+def test_a_health_answer_from_a_process_outside_the_unit_is_named(hu, fake, health_server):
+    """The health server runs in this test process; a unit whose cgroup holds no process does not own it."""
+    fake.props["ControlGroup"] = "/system.slice/kdtree-test-nothing-here.service"
+    fake.write()
+    query = hu.Query(unit="sglang", invocation_id=INVOCATION, health_url=f"{health_server}/health")
+    snap = hu.read_host(query)
+    assert (
+        snap.health
+        == f"200 from pid {os.getpid()} ({Path('/proc/self/comm').read_text().strip()}), not sglang.service"
+    )
+
+
+def test_a_health_answer_from_the_unit_s_own_process_is_healthy(hu, fake, health_server):
+    query = hu.Query(unit="sglang", invocation_id=INVOCATION, health_url=f"{health_server}/health")
+    assert hu.read_host(query).health == "200"  # this process is in the unit's (own) cgroup

@@ -45,6 +45,7 @@ class Host:
         self.marker_state = marker_state
         self.restarts: list[tuple[str, float]] = []
         self.reads: list[frozenset | None] = []
+        self.queries: list[tuple] = []  # (query, journal state) of each read
 
     def clock(self) -> float:
         return self.now
@@ -60,6 +61,7 @@ class Host:
 
     def read(self, query, marker=None, parts=None, journal=None):
         self.reads.append(parts)
+        self.queries.append((query, journal))
         hu = self.hu
         props = {"ActiveState": "active", "InvocationID": self.invocation, "NRestarts": str(self.nrestarts)}
         journal = []
@@ -423,3 +425,34 @@ def test_through_ansible_a_missing_marker_py_fails_clearly(tmp_path):
     assert rc != 0
     assert result["state"] == "failed"
     assert f"{tmp_path}/kdtree_verify/marker.py does not exist" in result["msg"]
+
+
+def test_a_later_chunk_reads_the_journal_on_from_the_state_it_is_given(smoke_module, hu):
+    host = Host(hu)
+    state = {"cursor": "s=abc;i=99", "lines": 99}
+    run = {"invocation_id": INVOCATION, "baseline_nrestarts": 0, "started_at": T0, "journal": state}
+    execute(smoke_module, host, run=run)
+    assert host.queries[0][1] == state
+
+
+def test_the_benign_patterns_status_dir_and_restart_time_reach_the_reader(smoke_module, hu):
+    host = Host(hu)
+    execute(
+        smoke_module,
+        host,
+        restart=True,
+        status_dir="/run/kdtree-verify",
+        benign_tracebacks=["a"],
+        extra_benign_tracebacks=["b"],
+    )
+    query = host.queries[-1][0]
+    assert query.benign_tracebacks == ("a", "b")
+    assert query.status_dir == "/run/kdtree-verify"
+    assert query.not_before == T0
+
+
+def test_an_invalid_benign_pattern_fails_before_the_restart(smoke_module, hu):
+    host = Host(hu)
+    with pytest.raises(smoke_module.SmokeError, match="is not a regex"):
+        execute(smoke_module, host, restart=True, extra_benign_tracebacks=["(oops"])
+    assert host.restarts == []
