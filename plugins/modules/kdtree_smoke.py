@@ -672,8 +672,9 @@ def judge(snapshot: Snapshot, wanted: Wanted) -> Verdict:
     stalled = snapshot.read_at - run.progress_at
     if wanted.stall_timeout_s > 0 and stalled > wanted.stall_timeout_s:
         why = (
-            f"no progress for {stalled:.0f} s (stall_timeout_s={wanted.stall_timeout_s:g}): no new journal "
-            f"line of the run and no change of the health answer; a hang (such as an NCCL P2P hang): {progress}"
+            f"no progress for {stalled:.0f} s (stall_timeout_s={wanted.stall_timeout_s:g}): no new "
+            "journal line of the run and no change of the health answer; a hang (such as an NCCL P2P "
+            f"hang): {progress}"
         )
         return failed(why, detail)
     return Verdict(state="pending", msg=f"waiting: {progress}", run=replace(run, healthy_since=None), **seen)
