@@ -73,7 +73,8 @@ class Query:
     """What to read: the unit, which run's journal, where /health is, which processes are schedulers.
 
     benign_tracebacks: regexes of tracebacks the run may log (module_utils/journal.py); status_dir:
-    the patch's KDTREE_STATUS_DIR, read after journald suppressed lines of the run ("" = never);
+    the patch's KDTREE_STATUS_DIR, read after journald suppressed lines of the run or once the health
+    URL answers 200 ("" = never);
     not_before: epoch seconds of the restart (a suppression record without the run's
     InvocationID counts from here).
     """
@@ -130,7 +131,8 @@ class Snapshot:
     journal: the run's last lines; fatal: the first fatal line with two lines before it and what
     followed (empty: none); markers / runtime_fallbacks: every marker seen in the run so far;
     new_lines: the run's lines this look read; suppressed: messages of the run journald dropped;
-    statuses: status files of schedulers without a marker, read only after a suppression;
+    statuses: the schedulers' status files, read only when journald suppressed lines of the run or
+    the health URL answers 200;
     journal_state: the JournalState to continue from (plain data).
     """
 
@@ -408,10 +410,11 @@ def read_host(
             title = _title(pid)
             if query.scheduler_prefix and title.startswith(query.scheduler_prefix):
                 snap.schedulers.append(Process(pid=pid, title=title, environ=_environ(pid)))
-        if query.status_dir and snap.suppressed:
-            marked = {item.pid for item in snap.markers}
+        # journald may drop a marker line (rate limiting); it may also log its "Suppressed" record
+        # only when the unit logs again after the interval, so a server that answers reads them too.
+        if query.status_dir and (snap.suppressed or snap.health == "200"):
             for proc in snap.schedulers:
-                found = None if proc.pid in marked else _status_file(query.status_dir, proc.pid)
+                found = _status_file(query.status_dir, proc.pid)
                 if found is not None:
                     snap.statuses.append(found)
     return snap

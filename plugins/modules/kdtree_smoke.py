@@ -187,8 +187,10 @@ options:
   status_dir:
     description:
       - The unit's C(KDTREE_STATUS_DIR) on the host, where the patch writes C(<pid>.json) per process.
-      - Read only after journald suppressed lines of the run, for schedulers whose marker line is
-        missing (a file counts when its C(pid) matches and it was written after the process started).
+      - Read after journald suppressed lines of the run, or once the health URL answers 200 (journald
+        may log its "Suppressed" record late); a scheduler whose marker line is missing takes its
+        state from its file, and a file that records a runtime fallback counts as one (a file counts
+        when its C(pid) matches and it was written after the process started).
       - Empty reads no status file.
     type: path
     default: ""
@@ -515,8 +517,9 @@ def _check_schedulers(
 ) -> tuple[list[dict[str, Any]], list[str], tuple[str, str] | None]:
     """(report per live scheduler, reasons to keep waiting, (why, detail) of the first bad scheduler).
 
-    A scheduler's marker is its journal line, else (after journald suppressed lines of the run) its
-    status file."""
+    A scheduler's marker is its journal line, else its status file (read_host reads those after
+    journald suppressed lines of the run or once the server answers); a status file's runtime
+    fallback counts as a fallback line."""
     markers = {item.pid: item for item in snapshot.markers}
     gave_up = {item.pid: item.line for item in snapshot.runtime_fallbacks}
     for status in snapshot.statuses:

@@ -467,7 +467,7 @@ def test_after_journald_suppression_the_status_file_gives_the_marker(hu, marker,
     assert snap.statuses[0].line.startswith(f"{written}: state=active")
 
 
-def test_status_files_are_read_only_after_a_suppression(hu, marker, fake, scheduler, tmp_path):
+def test_no_status_file_is_read_while_loading_without_a_suppression(hu, marker, fake, scheduler, tmp_path):
     pid, title = scheduler
     fake.journal = ["loading"]
     fake.write()
@@ -506,3 +506,22 @@ def test_a_health_answer_from_a_process_outside_the_unit_is_named(hu, fake, heal
 def test_a_health_answer_from_the_unit_s_own_process_is_healthy(hu, fake, health_server):
     query = hu.Query(unit="sglang", invocation_id=INVOCATION, health_url=f"{health_server}/health")
     assert hu.read_host(query).health == "200"  # this process is in the unit's (own) cgroup
+
+
+def test_status_files_are_read_once_the_server_answers(hu, marker, fake, scheduler, health_server, tmp_path):
+    """journald logs its "Suppressed" record only when the unit logs again: do not wait for it."""
+    pid, title = scheduler
+    fake.props["ControlGroup"] = own_cgroup()
+    fake.journal = ["loading"]
+    fake.write()
+    status_file(tmp_path / "status", pid, state="fallback", runtime_fallback=True)
+    query = hu.Query(
+        unit="sglang",
+        invocation_id=INVOCATION,
+        scheduler_prefix=title,
+        health_url=f"{health_server}/health",
+        status_dir=str(tmp_path / "status"),
+    )
+    snap = hu.read_host(query, marker)
+    assert snap.health == "200"
+    assert [(s.pid, s.state, s.runtime_fallback) for s in snap.statuses] == [(pid, "fallback", True)]

@@ -652,7 +652,19 @@ def test_each_poll_reads_on_from_the_previous_poll_s_journal_state(smoke_module,
     script = Script(hu, host, [])
     first = watch(smoke_module, script, chunk_s=0.5, poll_s=0.25)
     assert script.states[0] == {}  # a new run: from the start
+    assert {"cursor", "markers", "tail"} <= set(first.run.journal)  # what the reader returned
     assert script.states[1:] == [first.run.journal] * 2
     second = watch(smoke_module, script, chunk_s=0.0, run=first.run)
     assert second.state == "pending"
     assert script.states[-1] == first.run.journal  # the next chunk goes on from the same state
+
+
+def test_a_runtime_fallback_only_in_the_status_file_fails_an_active_marker(smoke_module, hu, host):
+    """journald dropped the kdtree-verify-fallback line; the status file still records it."""
+    host.mark(101, 102).suppressed = 10
+    line = "/run/kdtree/102.json: state=fallback reason=kernel\\x20error"
+    host.statuses = [hu.StatusFile(pid=102, state="fallback", runtime_fallback=True, line=line)]
+    verdict = judge(smoke_module, host, status_dir="/run/kdtree")
+    assert verdict.state == "failed"
+    assert "fell back to Triton at run time" in verdict.why
+    assert verdict.detail == line
