@@ -695,17 +695,20 @@ def complete_journal(
         return verdict
     journal_only = frozenset(("journal",))
     state = verdict.run.journal
-    if verdict.follow_journal == "fatal":
-        sleep(FATAL_GRACE_S)
-        snap = read(query, marker, parts=journal_only, journal=state)
-    else:
-        for attempt in range(JOURNAL_RETRIES):
-            if attempt:
-                sleep(JOURNAL_RETRY_S)
+    try:
+        if verdict.follow_journal == "fatal":
+            sleep(FATAL_GRACE_S)
             snap = read(query, marker, parts=journal_only, journal=state)
-            state = snap.journal_state or state
-            if snap.fatal:
-                break
+        else:
+            for attempt in range(JOURNAL_RETRIES):
+                if attempt:
+                    sleep(JOURNAL_RETRY_S)
+                snap = read(query, marker, parts=journal_only, journal=state)
+                state = snap.journal_state or state
+                if snap.fatal:
+                    break
+    except HostError:
+        return replace(verdict, follow_journal="")  # the failure stands, with what was read before
     detail = excerpt(snap)
     return replace(
         verdict,

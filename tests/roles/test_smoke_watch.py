@@ -668,3 +668,19 @@ def test_a_runtime_fallback_only_in_the_status_file_fails_an_active_marker(smoke
     assert verdict.state == "failed"
     assert "fell back to Triton at run time" in verdict.why
     assert verdict.detail == line
+
+
+def test_a_failed_re_read_keeps_the_failure_and_its_traceback(smoke_module, hu, host):
+    host.journal += TRACEBACK
+
+    def read(query, marker=None, parts=None, journal=None):
+        if parts == frozenset(("journal",)):
+            raise hu.HostError("`journalctl ...` did not finish within 15 s")
+        return host.snapshot()
+
+    query = hu.Query(unit="sglang", invocation_id=INVOCATION)
+    verdict = smoke_module.watch(
+        query, wanted(smoke_module), 1.0, 0.25, None, read, lambda s: None, lambda: T0
+    )
+    assert verdict.why == "the current run logged a fatal error"
+    assert "RuntimeError: boom" in verdict.detail
