@@ -1,12 +1,16 @@
 """Everything the kdtree smoke check reads on a host, as one plain-data Snapshot.
 
 read_host() is the only code of the check that looks at the host: `systemctl show`, `journalctl`
-for one invocation, the HTTP health GET and /proc (cgroup, cmdline, environ of the unit's
-processes). restart_unit() is the check's only action. Deciding what a snapshot means is the
-module's judge() (plugins/modules/kdtree_smoke.py); it never reads the host.
+for one invocation from the previous poll's cursor (module_utils/journal.py builds the command and
+folds its output into a JournalState), the HTTP health GET and who listens on its port
+(module_utils/unit_socket.py), /proc (cgroup, cmdline, environ of the unit's processes) and, after
+journald suppressed lines of the run, the patch's status files. restart_unit() is the check's only
+action. Deciding what a snapshot means is the module's judge() (plugins/modules/kdtree_smoke.py); it
+never reads the host.
 
-Stdlib only and without imports of other module_utils: scripts/testhosts/hostread.py sends this file's
-source to a test host's python3 and calls read_host() there.
+Stdlib only, and its only imports of other module_utils are journal.py and unit_socket.py (both
+stdlib only): scripts/testhosts/hostread.py sends the three files' source (HOST_SOURCES) to a test
+host's python3 and calls read_host() there.
 
 Marker lines are parsed with the host's installed kdtree_verify/marker.py (load_marker): the
 check parses the journal with exactly the code the schedulers print it with.
@@ -15,6 +19,7 @@ check parses the journal with exactly the code the schedulers print it with.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import time
@@ -22,6 +27,15 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from ansible_collections.kdtree.fleet.plugins.module_utils.journal import (
+    DEFAULT_BENIGN_TRACEBACKS,
+    JournalState,
+    compile_benign,
+    journal_command,
+    parse_records,
+)
+from ansible_collections.kdtree.fleet.plugins.module_utils.unit_socket import listeners, owner, url_port
 
 SHOW_PROPS = (
     "ActiveState",
@@ -56,12 +70,22 @@ SCHEDULER_PREFIX = "sglang::scheduler"
 
 @dataclass
 class Query:
-    """What to read: the unit, which run's journal, where /health is, which processes are schedulers."""
+    """What to read: the unit, which run's journal, where /health is, which processes are schedulers.
+
+    benign_tracebacks: regexes of tracebacks the run may log (module_utils/journal.py); status_dir:
+    the patch's KDTREE_STATUS_DIR, read after journald suppressed lines of the run or once the health
+    URL answers 200 ("" = never);
+    not_before: epoch seconds of the restart (a suppression record without the run's
+    InvocationID counts from here).
+    """
 
     unit: str
     invocation_id: str = ""  # "" = the unit's current invocation
     health_url: str = ""
     scheduler_prefix: str = SCHEDULER_PREFIX
+    benign_tracebacks: tuple[str, ...] = DEFAULT_BENIGN_TRACEBACKS
+    status_dir: str = ""
+    not_before: float = 0.0
 
 
 @dataclass
@@ -91,8 +115,26 @@ class RuntimeFallback:
 
 
 @dataclass
+class StatusFile:
+    """A scheduler's <KDTREE_STATUS_DIR>/<pid>.json (the marker's fields), written since it started."""
+
+    pid: int
+    state: str
+    runtime_fallback: bool
+    line: str
+
+
+@dataclass
 class Snapshot:
-    """One look at the host. Parts that were not read stay empty."""
+    """One look at the host. Parts that were not read stay empty.
+
+    journal: the run's last lines; fatal: the first fatal line with two lines before it and what
+    followed (empty: none); markers / runtime_fallbacks: every marker seen in the run so far;
+    new_lines: the run's lines this look read; suppressed: messages of the run journald dropped;
+    statuses: the schedulers' status files, read only when journald suppressed lines of the run or
+    the health URL answers 200;
+    journal_state: the JournalState to continue from (plain data).
+    """
 
     read_at: float
     invocation_id: str = ""
@@ -102,6 +144,13 @@ class Snapshot:
     runtime_fallbacks: list[RuntimeFallback] = field(default_factory=list)
     health: str = ""
     schedulers: list[Process] = field(default_factory=list)
+    fatal: list[str] = field(default_factory=list)
+    benign: list[str] = field(default_factory=list)
+    new_lines: int = 0
+    suppressed: int = 0
+    suppressed_line: str = ""
+    statuses: list[StatusFile] = field(default_factory=list)
+    journal_state: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,7 +166,29 @@ class Snapshot:
             runtime_fallbacks=[RuntimeFallback(**item) for item in data.get("runtime_fallbacks", [])],
             health=data.get("health", ""),
             schedulers=[Process(**item) for item in data.get("schedulers", [])],
+            fatal=list(data.get("fatal", [])),
+            benign=list(data.get("benign", [])),
+            new_lines=int(data.get("new_lines", 0)),
+            suppressed=int(data.get("suppressed", 0)),
+            suppressed_line=data.get("suppressed_line", ""),
+            statuses=[StatusFile(**item) for item in data.get("statuses", [])],
+            journal_state=dict(data.get("journal_state", {})),
         )
+
+
+def apply_journal(snap: Snapshot, state: JournalState) -> Snapshot:
+    """Fill the snapshot's journal parts from what the check knows of the run's journal."""
+    snap.journal = list(state.tail)
+    snap.fatal = list(state.fatal)
+    snap.benign = list(state.benign)
+    snap.markers = [Marker(pid=int(pid), state=item[0], line=item[1]) for pid, item in state.markers.items()]
+    snap.runtime_fallbacks = [
+        RuntimeFallback(pid=int(pid), line=line) for pid, line in state.fallbacks.items()
+    ]
+    snap.suppressed = state.suppressed
+    snap.suppressed_line = state.suppressed_line
+    snap.journal_state = state.to_dict()
+    return snap
 
 
 def load_marker(patch_dir: str) -> Any:
@@ -142,29 +213,24 @@ def load_marker(patch_dir: str) -> Any:
 
 def parse_journal(lines: list[str], marker: Any) -> tuple[list[Marker], list[RuntimeFallback]]:
     """Marker lines per pid (the last one counts) and runtime fallback lines (the first one counts)."""
-    markers: dict[int, Marker] = {}
-    fallbacks: dict[int, RuntimeFallback] = {}
+    state = JournalState()
     for line in lines:
-        found = marker.match_marker(line)
-        if found is not None:
-            pid, state = found
-            markers[pid] = Marker(pid=pid, state=state, line=line)
-            continue
-        pid = marker.match_runtime_fallback(line)
-        if pid is not None and pid not in fallbacks:
-            fallbacks[pid] = RuntimeFallback(pid=pid, line=line)
-    return list(markers.values()), list(fallbacks.values())
+        state.feed_line(line, marker)
+    snap = apply_journal(Snapshot(read_at=0.0), state)
+    return snap.markers, snap.runtime_fallbacks
 
 
-def _command(args: list[str], timeout_s: float, check: bool) -> str:
+def _command(args: list[str], timeout_s: float, check: bool) -> bytes:
+    """The command's stdout as bytes (callers decode with replacement)."""
     try:
-        proc = subprocess.run(args, capture_output=True, text=True, check=False, timeout=timeout_s)
+        proc = subprocess.run(args, capture_output=True, check=False, timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
         raise HostError(f"`{' '.join(args)}` did not finish within {timeout_s:g} s") from exc
     except OSError as exc:
         raise HostError(f"`{' '.join(args)}` cannot run: {exc}") from exc
     if check and proc.returncode != 0:
-        raise HostError(f"`{' '.join(args)}` failed (rc={proc.returncode}): {proc.stderr.strip()}")
+        stderr = proc.stderr.decode("utf-8", "replace").strip()
+        raise HostError(f"`{' '.join(args)}` failed (rc={proc.returncode}): {stderr}")
     return proc.stdout
 
 
@@ -173,21 +239,23 @@ def _systemctl_show(unit: str) -> dict[str, str]:
         ["systemctl", "show", "-p", ",".join(SHOW_PROPS), f"{unit}.service"], COMMAND_TIMEOUT_S, check=True
     )
     props = {}
-    for line in out.splitlines():
+    for line in out.decode("utf-8", "replace").splitlines():
         key, _, value = line.partition("=")
         props[key] = value
     return props
 
 
-def _journal(invocation_id: str) -> list[str]:
-    if not invocation_id:
-        return []
-    out = _command(
-        ["journalctl", "-o", "cat", "--no-pager", f"_SYSTEMD_INVOCATION_ID={invocation_id}"],
-        COMMAND_TIMEOUT_S,
-        check=False,
+def _read_journal(query: Query, invocation_id: str, state: JournalState, marker: Any) -> int:
+    """Fold the run's journal lines after state.cursor into state; returns how many were new."""
+    raw = _command(journal_command(invocation_id, state.cursor), COMMAND_TIMEOUT_S, check=False)
+    return state.feed(
+        parse_records(raw),
+        invocation_id,
+        query.unit,
+        int(query.not_before * 1_000_000),
+        marker,
+        compile_benign(query.benign_tracebacks),
     )
-    return out.splitlines()
 
 
 def _health(url: str) -> str:
@@ -204,10 +272,28 @@ def _health(url: str) -> str:
         return f"down ({reason})"
 
 
+def _health_owner(url: str, unit: str, unit_pids: list[int]) -> str:
+    """ "" when the unit (or nobody this check can see) listens on the URL's port, else who does."""
+    port = url_port(url)
+    if port is None:
+        return ""
+    found = owner(listeners(port), unit_pids)
+    if found is None or found.in_unit:
+        return ""
+    return f"from pid {found.pid} ({found.comm}), not {unit}.service"
+
+
 def _cgroup_pids(control_group: str) -> list[int]:
-    """PIDs whose systemd cgroup (v1 name=systemd or v2 unified) is exactly the unit's."""
+    """PIDs whose systemd cgroup is exactly the unit's: its cgroup.procs (v2, hybrid or v1 name=systemd
+    mount), else a scan of /proc/PID/cgroup."""
     if not control_group:
         return []
+    for mount in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd"):
+        try:
+            with open(f"{mount}{control_group.rstrip('/')}/cgroup.procs", encoding="ascii") as handle:
+                return sorted(int(item) for item in handle.read().split())
+        except (OSError, ValueError):
+            continue
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -249,30 +335,88 @@ def _environ(pid: int) -> dict[str, str] | None:
     return env
 
 
-def read_host(query: Query, marker: Any = None, parts: frozenset[str] = ALL_PARTS) -> Snapshot:
+def _process_start(pid: int) -> float | None:
+    """Epoch seconds at which the process started (/proc/PID/stat starttime + /proc/stat btime)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read().decode("ascii", "replace")
+        with open("/proc/stat", encoding="ascii", errors="replace") as handle:
+            btime = next(int(line.split()[1]) for line in handle if line.startswith("btime "))
+        ticks = int(stat.rpartition(")")[2].split()[19])  # field 22; fields after the comm
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def _status_file(status_dir: str, pid: int) -> StatusFile | None:
+    """<status_dir>/<pid>.json when this process wrote it (its pid, written since it started)."""
+    path = os.path.join(status_dir, f"{pid}.json")
+    started = _process_start(pid)
+    try:
+        if started is not None and os.stat(path).st_mtime < started - 1.0:
+            return None  # an earlier process with the same pid
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read().decode("utf-8", "replace"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("pid") != pid or not data.get("state"):
+        return None
+    reason = str(data.get("reason") or "-")
+    return StatusFile(
+        pid=pid,
+        state=str(data["state"]),
+        runtime_fallback=bool(data.get("runtime_fallback")),
+        line=f"{path}: state={data['state']} reason={reason}",
+    )
+
+
+def read_host(
+    query: Query,
+    marker: Any = None,
+    parts: frozenset[str] = ALL_PARTS,
+    journal: dict[str, Any] | None = None,
+) -> Snapshot:
     """One look at the host.
 
     marker: the host's marker module (load_marker) to parse marker lines with; None reads no markers.
+    journal: the journal_state of the previous look at this run (plain data); the journal is read
+    from its cursor on, so each look reads only new lines.
     The journal is read before the unit state, so a unit found dead has its traceback in a journal
     read right after (the module re-reads it then).
     """
     snap = Snapshot(read_at=time.time(), invocation_id=query.invocation_id)
+    state = JournalState.from_dict(journal)
     if "unit" in parts and not snap.invocation_id:
         snap.props = _systemctl_show(query.unit)
         snap.invocation_id = snap.props.get("InvocationID", "")
-    if "journal" in parts:
-        snap.journal = _journal(snap.invocation_id)
-        if marker is not None:
-            snap.markers, snap.runtime_fallbacks = parse_journal(snap.journal, marker)
+    if "journal" in parts and snap.invocation_id:
+        snap.new_lines = _read_journal(query, snap.invocation_id, state, marker)
+    apply_journal(snap, state)
     if "unit" in parts and not snap.props:
         snap.props = _systemctl_show(query.unit)
+    pids: list[int] = []
+    if parts & {"health", "schedulers"}:
+        pids = _cgroup_pids(snap.props.get("ControlGroup", ""))
+        main_pid = int(snap.props.get("MainPID") or 0)
+        if main_pid in pids:
+            pids = [main_pid] + [pid for pid in pids if pid != main_pid]
     if "health" in parts and query.health_url:
         snap.health = _health(query.health_url)
+        if snap.health.isdigit() and snap.props.get("ControlGroup"):
+            foreign = _health_owner(query.health_url, query.unit, pids)
+            snap.health = f"{snap.health} {foreign}" if foreign else snap.health
     if "schedulers" in parts:
-        for pid in _cgroup_pids(snap.props.get("ControlGroup", "")):
+        for pid in sorted(pids):
             title = _title(pid)
             if query.scheduler_prefix and title.startswith(query.scheduler_prefix):
                 snap.schedulers.append(Process(pid=pid, title=title, environ=_environ(pid)))
+        # journald may drop a marker line (rate limiting); it may also log its "Suppressed" record
+        # only when the unit logs again after the interval, so a server that answers reads them too.
+        if query.status_dir and (snap.suppressed or snap.health == "200"):
+            for proc in snap.schedulers:
+                found = _status_file(query.status_dir, proc.pid)
+                if found is not None:
+                    snap.statuses.append(found)
     return snap
 
 
@@ -283,12 +427,18 @@ def restart_unit(unit: str, timeout_s: float) -> None:
             ["systemctl", "restart", f"{unit}.service"],
             capture_output=True,
             text=True,
+            errors="replace",
             check=True,
             timeout=timeout_s,
         )
     except subprocess.TimeoutExpired as exc:
-        raise HostError(f"systemctl restart {unit}.service did not return within {timeout_s:g} s") from exc
+        raise HostError(
+            f"restart did not finish within {timeout_s:g} s (`systemctl restart {unit}.service`; "
+            "systemd may still be running the restart job)"
+        ) from exc
     except subprocess.CalledProcessError as exc:
         raise HostError(
             f"systemctl restart {unit}.service failed (rc={exc.returncode}): {(exc.stderr or '').strip()}"
         ) from exc
+    except OSError as exc:
+        raise HostError(f"systemctl restart {unit}.service cannot run: {exc}") from exc

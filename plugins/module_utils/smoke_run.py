@@ -7,16 +7,19 @@ action plugin (plugins/action/kdtree_smoke.py); stdlib only.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 # The `run` option's suboptions, as AnsibleModule's argument_spec writes them (the module's
-# DOCUMENTATION describes the same four).
+# DOCUMENTATION describes the same ones).
 RUN_SUBOPTIONS: dict[str, dict[str, Any]] = {
     "invocation_id": {"type": "str", "default": ""},
     "baseline_nrestarts": {"type": "int", "default": 0},
     "started_at": {"type": "float", "default": 0.0},
     "healthy_since": {"type": "float"},
+    "progress_at": {"type": "float", "default": 0.0},
+    "health": {"type": "str", "default": ""},
+    "journal": {"type": "dict", "default": {}},
 }
 
 
@@ -30,12 +33,19 @@ class RunState:
     started_at: epoch seconds of the restart (or of the first look); timeouts count from here.
     healthy_since: epoch seconds since which every poll found the run healthy, None when the last
     poll did not (the settle time may span chunks).
+    progress_at: epoch seconds of the last poll that read a new journal line of the run or a changed
+    health answer (the no-progress timeout counts from here); health: that last health answer.
+    journal: what the check keeps of the run's journal (module_utils/journal.JournalState as plain
+    data: the cursor to read on from, the markers, the fatal excerpt, the last lines).
     """
 
     invocation_id: str = ""
     baseline_nrestarts: int = 0
     started_at: float = 0.0
     healthy_since: float | None = None
+    progress_at: float = 0.0
+    health: str = ""
+    journal: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_option(cls, value: dict[str, Any] | None) -> RunState:
@@ -47,6 +57,9 @@ class RunState:
             baseline_nrestarts=int(value.get("baseline_nrestarts") or 0),
             started_at=float(value.get("started_at") or 0.0),
             healthy_since=None if healthy_since is None else float(healthy_since),
+            progress_at=float(value.get("progress_at") or 0.0),
+            health=str(value.get("health") or ""),
+            journal=dict(value.get("journal") or {}),
         )
 
     def as_option(self) -> dict[str, Any]:

@@ -23,16 +23,37 @@ version_added: 0.2.0
 description:
   - Restarts a systemd unit running SGLang (optionally) and watches that one run, following only the
     journal lines of the run (C(_SYSTEMD_INVOCATION_ID)) and the unit state.
-  - Fails at once when the run logs "Traceback (most recent call last)", "Scheduler hit an exception"
-    or "Error in sitecustomize", when the unit restarts (new InvocationID or a higher NRestarts) or
-    when the unit is no longer active; the message carries the traceback.
-  - Succeeds only when the health endpoint answers 200, the wanted number of scheduler processes runs
-    in the unit's cgroup, every scheduler printed the kdtree-verify marker with the wanted state (and,
-    for C(active), no runtime fallback line), every scheduler's C(/proc/PID/environ) holds O(nccl_env),
-    and all of that held for O(settle_s) seconds.
+  - The journal is read as JSON (C(journalctl --output=json --all)), so bytes that are not UTF-8 (a
+    line journald cut at 48 KiB inside a character, binary output) are decoded with replacement and
+    never stop the check; each poll reads on from the previous poll's cursor (C(--after-cursor)), and
+    the cursor and what was seen travel between chunks in O(run), so a long load costs time linear in
+    the size of its journal.
+  - Fails at once when the run logs a line ending in "Traceback (most recent call last):", or a line
+    starting (after SGLang's C([time TPn]) prefix) with "Scheduler hit an exception" or "Error in
+    sitecustomize"; only lines of the run count (another process's lines never do, nor a logged
+    request that merely contains the words). A fatal line is ignored when one of O(benign_tracebacks)
+    or O(extra_benign_tracebacks) matches it or the run's line right before it.
+  - Also fails at once when the unit restarts (new InvocationID or a higher NRestarts) or is no longer
+    active; the message carries the traceback.
+  - Succeeds only when the health endpoint answers 200 from a socket of the unit, the wanted number of
+    scheduler processes runs in the unit's cgroup, every scheduler printed the kdtree-verify marker
+    with the wanted state (and, for C(active), no runtime fallback line), every scheduler's
+    C(/proc/PID/environ) holds O(nccl_env), and all of that held for O(settle_s) seconds.
+  - The health answer counts only when the socket listening on the health URL's port belongs to a
+    process of the unit's cgroup (C(/proc/net/tcp), C(/proc/net/tcp6) and C(/proc/PID/fd)); an answer
+    from another process is reported as RV(health) C(<code> from pid <pid> (<comm>), not <unit>.service)
+    and is not healthy. When no readable C(/proc/PID/fd) holds the socket (the module runs without
+    root), the answer counts as before.
+  - When journald's rate limiting dropped lines of the run ("Suppressed N messages from <unit>") a
+    marker may be lost; the module then reads the scheduler's status file C(<status_dir>/<pid>.json)
+    (written by the patch when the unit sets C(KDTREE_STATUS_DIR)) if O(status_dir) is set, and fails
+    with that reason, instead of waiting for O(timeout_s), when the server answers 200 and a scheduler
+    still has no marker.
   - Marker lines are parsed with the host's installed C(<patch_dir>/kdtree_verify/marker.py), the same
     file the schedulers print them with (the collection ships it in the kdtree_patch role,
     C(files/sglang_ext/kdtree_verify/marker.py); docs/CONTRACTS.md section 3 describes the line).
+  - Every host command is bounded (C(systemctl show) and C(journalctl) 15 s, the health GET 2 s,
+    C(systemctl restart) O(restart_timeout_s)).
   - Each call watches for at most O(chunk_s) seconds and then returns O(state=pending) with O(run); the
     module's action plugin calls it again with that O(run) until the state is V(ok) or V(failed) and
     prints a progress line between calls.
@@ -69,7 +90,9 @@ options:
     type: bool
     default: false
   restart_timeout_s:
-    description: Seconds C(systemctl restart) may take before the module fails.
+    description:
+      - Seconds C(systemctl restart) may take; a restart that takes longer, or fails, is a failed run
+        (RV(state=failed), RV(why) "restart did not finish within N s ..."), like an unhealthy one.
     type: float
     default: 300
   run:
@@ -94,6 +117,20 @@ options:
       healthy_since:
         description: Epoch seconds since which the run has been healthy (for O(settle_s) across chunks).
         type: float
+      progress_at:
+        description: Epoch seconds of the last new journal line or health change (for O(stall_timeout_s)).
+        type: float
+        default: 0
+      health:
+        description: The health answer at the previous look (a change is progress).
+        type: str
+        default: ""
+      journal:
+        description:
+          - What the check keeps of the run's journal (the cursor to read on from, the markers, the
+            fatal excerpt, the last lines); opaque.
+        type: dict
+        default: {}
   chunk_s:
     description: Return after this many seconds with RV(state=pending).
     type: float
@@ -104,6 +141,15 @@ options:
       - Required, no default here; the kdtree_smoke role's O(kdtree_smoke_timeout_s) is the one default.
     type: float
     required: true
+  stall_timeout_s:
+    description:
+      - Fail the run when, before it is healthy, no new journal line of the run arrived and the health
+        answer did not change for this many seconds (a hang without a traceback, such as an NCCL P2P
+        hang on PCIe), with its own message, well before O(timeout_s).
+      - V(0) turns it off. A model load can be quiet for minutes (progress bars write no line until
+        they end), so set it above the longest quiet phase of a healthy start.
+    type: float
+    default: 0
   poll_s:
     description: Seconds between two looks at the host.
     type: float
@@ -138,10 +184,40 @@ options:
         before anything is restarted.
     type: path
     default: ""
+  status_dir:
+    description:
+      - The unit's C(KDTREE_STATUS_DIR) on the host, where the patch writes C(<pid>.json) per process.
+      - Read after journald suppressed lines of the run, or once the health URL answers 200 (journald
+        may log its "Suppressed" record late); a scheduler whose marker line is missing takes its
+        state from its file, and a file that records a runtime fallback counts as one (a file counts
+        when its C(pid) matches and it was written after the process started).
+      - Empty reads no status file.
+    type: path
+    default: ""
   nccl_env:
     description: Variables and values every scheduler's C(/proc/PID/environ) must hold.
     type: dict
     default: {}
+  benign_tracebacks:
+    description:
+      - Python regular expressions of tracebacks the run may log and carry on; a fatal line of the run
+        is ignored when one of them is found in it or in the run's line right before it.
+      - The default holds the ones SGLang 0.5.23 logs as warnings (the optional
+        C(OpenAIServingResponses) endpoint failing to initialise, C(post-warmup freeze_gc failed),
+        the load publisher, the forward-pass metrics publisher).
+      - Replaces the default; use O(extra_benign_tracebacks) to add to it.
+    type: list
+    elements: str
+    default:
+      - "OpenAIServingResponses init traceback:"
+      - post-warmup freeze_gc failed
+      - "load-publisher: publish failed"
+      - FPM publisher send failed
+  extra_benign_tracebacks:
+    description: More patterns like O(benign_tracebacks), added to them.
+    type: list
+    elements: str
+    default: []
   fail_on_error:
     description:
       - Fail the task when the run is unhealthy (RV(state=failed)).
@@ -177,6 +253,18 @@ EXAMPLES = r"""
     fail_on_error: false
   register: stock
 
+- name: Watch the current run, fail a hang after 5 quiet minutes, read status files after rate limiting
+  kdtree.fleet.kdtree_smoke:
+    unit: sglang
+    health_url: http://127.0.0.1:30000/health
+    timeout_s: 900
+    stall_timeout_s: 300
+    marker_state: active
+    patch_dir: /opt/kdtree/sglang_ext
+    status_dir: /run/kdtree-verify
+    extra_benign_tracebacks:
+      - "my_plugin: optional feature disabled"
+
 - name: Show why the stock unit is unhealthy
   ansible.builtin.debug:
     msg: "{{ stock.msg }}"
@@ -206,10 +294,24 @@ detail:
   returned: always
   sample: "Traceback (most recent call last):\n  ...\nRuntimeError: boom"
 health:
-  description: The health endpoint's status code, C(refused), or C(down) with the reason, at the last look.
+  description:
+    - The health endpoint's status code, C(refused), or C(down) with the reason, at the last look.
+    - A code answered by a process outside the unit carries who answered,
+      C(200 from pid 4242 (python3), not sglang.service).
   type: str
   returned: always
   sample: "200"
+suppressed:
+  description: Messages of the run that journald's rate limiting dropped (0 when none).
+  type: int
+  returned: always
+  sample: 0
+benign:
+  description: The first fatal-looking lines of the run that matched a benign pattern (at most 5).
+  type: list
+  elements: str
+  returned: always
+  sample: ["Traceback (most recent call last):"]
 schedulers:
   description: The scheduler processes of the unit's cgroup at the last look.
   type: list
@@ -263,6 +365,18 @@ run:
       description: Epoch seconds since which the run has been healthy, null while it is not.
       type: float
       sample: null
+    progress_at:
+      description: Epoch seconds of the last new journal line of the run or health change.
+      type: float
+      sample: 1764490012.25
+    health:
+      description: The health answer at the last look.
+      type: str
+      sample: refused
+    journal:
+      description: What the check keeps of the run's journal (cursor, markers, fatal excerpt, last lines).
+      type: dict
+      sample: {"cursor": "s=0123...;i=4f2", "lines": 812}
 changed:
   description: Whether this call restarted the unit.
   type: bool
@@ -277,9 +391,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kdtree.fleet.plugins.module_utils.journal import (
+    DEFAULT_BENIGN_TRACEBACKS,
+    TAIL_LINES,
+    compile_benign,
+)
 from ansible_collections.kdtree.fleet.plugins.module_utils.smoke_host import (
     SCHEDULER_PREFIX,
     HostError,
+    Marker,
     MarkerError,
     Query,
     Snapshot,
@@ -296,6 +416,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "run": {"type": "dict", "default": {}, "options": RUN_SUBOPTIONS, "apply_defaults": True},
     "chunk_s": {"type": "float", "default": 10.0},
     "timeout_s": {"type": "float", "required": True},
+    "stall_timeout_s": {"type": "float", "default": 0.0},
     "poll_s": {"type": "float", "default": 0.25},
     "settle_s": {"type": "float", "default": 3.0},
     "health_url": {"type": "str", "required": True},
@@ -303,18 +424,14 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "scheduler_prefix": {"type": "str", "default": SCHEDULER_PREFIX},
     "marker_state": {"type": "str", "default": "active"},
     "patch_dir": {"type": "path", "default": ""},
+    "status_dir": {"type": "path", "default": ""},
     "nccl_env": {"type": "dict", "default": {}},
+    "benign_tracebacks": {"type": "list", "elements": "str", "default": list(DEFAULT_BENIGN_TRACEBACKS)},
+    "extra_benign_tracebacks": {"type": "list", "elements": "str", "default": []},
     # applied by the action plugin; part of the spec so that ansible-doc and validation know it
     "fail_on_error": {"type": "bool", "default": True},
 }
-FATAL_PATTERNS = (
-    "Traceback (most recent call last)",
-    "Scheduler hit an exception",
-    "Error in sitecustomize",
-)
 LIVE_STATES = ("active", "activating", "reloading")
-TRACEBACK_LINES = 80
-TAIL_LINES = 30
 # After a fatal line: let the rest of the traceback reach the journal before quoting it.
 FATAL_GRACE_S = 0.3
 # After a restart or a dead unit: the dying process's traceback may reach the journal later.
@@ -330,13 +447,15 @@ RESULT_KEYS = (
     "schedulers",
     "progress",
     "elapsed_s",
+    "suppressed",
+    "benign",
     "run",
     "changed",
 )
 
 
 class SmokeError(Exception):
-    """The check cannot run (configuration, restart): the module fails, whatever fail_on_error says."""
+    """The check cannot run (configuration): the module fails, whatever fail_on_error says."""
 
 
 @dataclass(frozen=True)
@@ -350,6 +469,8 @@ class Wanted:
     marker_state: str = "active"
     nccl_env: dict[str, Any] = field(default_factory=dict)
     settle_s: float = 3.0
+    stall_timeout_s: float = 0.0  # 0: no no-progress timeout
+    status_dir: str = ""  # only named in messages; read_host reads it
 
 
 @dataclass(frozen=True)
@@ -365,29 +486,21 @@ class Verdict:
     elapsed_s: float = 0.0
     why: str = ""
     detail: str = ""
+    suppressed: int = 0
+    benign: list[str] = field(default_factory=list)
     follow_journal: str = ""  # "", "fatal" (traceback in progress) or "unit" (unit died or restarted)
 
     def result(self, changed: bool) -> dict[str, Any]:
         out = {key: getattr(self, key) for key in RESULT_KEYS if key not in ("run", "changed")}
         out["schedulers"] = [dict(item) for item in self.schedulers]
+        out["benign"] = list(self.benign)
         out.update(run=self.run.as_option(), changed=changed)
         return out
 
 
-def first_fatal(lines: list[str]) -> int | None:
-    for index, line in enumerate(lines):
-        if any(pattern in line for pattern in FATAL_PATTERNS):
-            return index
-    return None
-
-
-def excerpt(lines: list[str]) -> str:
-    """The traceback (with two lines of context) when there is one, else the last 30 lines."""
-    fatal = first_fatal(lines)
-    if fatal is None:
-        return "\n".join(lines[-TAIL_LINES:])
-    start = max(0, fatal - 2)
-    return "\n".join(lines[start : start + TRACEBACK_LINES])
+def excerpt(snapshot: Snapshot) -> str:
+    """The traceback (with two lines of context) when the run logged one, else its last lines."""
+    return "\n".join(snapshot.fatal or snapshot.journal[-TAIL_LINES:])
 
 
 def failure_msg(unit: str, why: str, elapsed_s: float, detail: str) -> str:
@@ -402,9 +515,17 @@ def _short_title(title: str) -> str:
 def _check_schedulers(
     snapshot: Snapshot, wanted: Wanted
 ) -> tuple[list[dict[str, Any]], list[str], tuple[str, str] | None]:
-    """(report per live scheduler, reasons to keep waiting, (why, detail) of the first bad scheduler)."""
+    """(report per live scheduler, reasons to keep waiting, (why, detail) of the first bad scheduler).
+
+    A scheduler's marker is its journal line, else its status file (read_host reads those after
+    journald suppressed lines of the run or once the server answers); a status file's runtime
+    fallback counts as a fallback line."""
     markers = {item.pid: item for item in snapshot.markers}
     gave_up = {item.pid: item.line for item in snapshot.runtime_fallbacks}
+    for status in snapshot.statuses:
+        markers.setdefault(status.pid, Marker(pid=status.pid, state=status.state, line=status.line))
+        if status.runtime_fallback:
+            gave_up.setdefault(status.pid, status.line)
     report: list[dict[str, Any]] = []
     waiting: list[str] = []
     problem: tuple[str, str] | None = None
@@ -448,17 +569,48 @@ def _check_schedulers(
     return report, waiting, problem
 
 
+def _lost_markers(snapshot: Snapshot, wanted: Wanted, waiting: list[str]) -> tuple[str, str]:
+    """(why, detail) for schedulers whose marker journald dropped while the server already answers."""
+    unmarked = [item[: -len(" no marker yet")] for item in waiting if item.endswith(" no marker yet")]
+    why = (
+        f"journald suppressed {snapshot.suppressed} messages of the run and "
+        f"{', '.join(unmarked)} has no marker although the health URL answers 200"
+    )
+    if wanted.status_dir:
+        hint = (
+            f"no status file of it in {wanted.status_dir} either "
+            "(does the unit set KDTREE_STATUS_DIR to that directory?)"
+        )
+    else:
+        hint = (
+            "set the module's status_dir (kdtree_smoke_status_dir) to the unit's KDTREE_STATUS_DIR "
+            "to read the marker from the patch's status files, or raise journald's RateLimitBurst"
+        )
+    return why, f"{snapshot.suppressed_line}\n{hint}"
+
+
 def judge(snapshot: Snapshot, wanted: Wanted) -> Verdict:
     """ok, pending or failed for one snapshot of the watched run; pure (no I/O, no clock).
 
-    Rules, in this order: a fatal line in the run's journal; a restart (another InvocationID, a
-    higher NRestarts); a unit that is not active; a scheduler with an unreadable environ, wrong NCCL
-    values, the wrong marker state or (for active) a runtime fallback. Healthy = health 200, the
-    expected scheduler count, every scheduler marked; ok once healthy for settle_s (the run's
-    healthy_since carries over polls and chunks). Not healthy after timeout_s from the restart fails.
+    Rules, in this order: a fatal line in the run's journal (not a benign traceback; read_host
+    classified the lines); a restart (another InvocationID, a higher NRestarts); a unit that is not
+    active; a scheduler with an unreadable environ, wrong NCCL values, the wrong marker state or (for
+    active) a runtime fallback. Healthy = health 200 from the unit's own socket, the expected
+    scheduler count, every scheduler marked (in the journal, or in its status file after journald
+    suppressed lines); ok once healthy for settle_s (the run's healthy_since carries over polls and
+    chunks). A server that answers while journald dropped a scheduler's marker fails at once. Not
+    healthy after timeout_s from the restart fails; so does no new journal line and no change of the
+    health answer for stall_timeout_s (when set).
     """
     run = wanted.run
     elapsed = snapshot.read_at - run.started_at
+    moved = snapshot.new_lines > 0 or snapshot.health != run.health or not run.progress_at
+    run = replace(
+        run,
+        journal=snapshot.journal_state or run.journal,
+        health=snapshot.health,
+        progress_at=snapshot.read_at if moved else run.progress_at,
+    )
     report, waiting, problem = _check_schedulers(snapshot, wanted)
     count = len(snapshot.schedulers)
     marked = sum(1 for item in report if item["marker"] == wanted.marker_state)
@@ -466,11 +618,15 @@ def judge(snapshot: Snapshot, wanted: Wanted) -> Verdict:
         f"{elapsed:5.1f}s health={snapshot.health} schedulers={count}/{wanted.expected_schedulers or '>=1'} "
         f"markers({wanted.marker_state or 'unchecked'})={marked}/{count}"
     )
+    if snapshot.suppressed:
+        progress += f" suppressed={snapshot.suppressed}"
     seen = {
         "health": snapshot.health,
         "schedulers": report,
         "progress": progress,
         "elapsed_s": round(elapsed, 2),
+        "suppressed": snapshot.suppressed,
+        "benign": list(snapshot.benign),
     }
 
     def failed(why: str, detail: str, follow: str = "") -> Verdict:
@@ -484,21 +640,20 @@ def judge(snapshot: Snapshot, wanted: Wanted) -> Verdict:
             **seen,
         )
 
-    lines = snapshot.journal
-    if first_fatal(lines) is not None:
-        return failed("the current run logged a fatal error", excerpt(lines), "fatal")
+    if snapshot.fatal:
+        return failed("the current run logged a fatal error", excerpt(snapshot), "fatal")
     props = snapshot.props
     if props.get("InvocationID") != run.invocation_id:
         why = f"the unit restarted (invocation {props.get('InvocationID')!r})"
-        return failed(why, excerpt(lines), "unit")
+        return failed(why, excerpt(snapshot), "unit")
     if int(props.get("NRestarts") or 0) > run.baseline_nrestarts:
-        return failed(f"the unit restarted (NRestarts={props.get('NRestarts')})", excerpt(lines), "unit")
+        return failed(f"the unit restarted (NRestarts={props.get('NRestarts')})", excerpt(snapshot), "unit")
     if props.get("ActiveState") not in LIVE_STATES:
         why = (
             f"the unit is {props.get('ActiveState')}/{props.get('SubState')} "
             f"(Result={props.get('Result')}, ExecMainStatus={props.get('ExecMainStatus')})"
         )
-        return failed(why, excerpt(lines), "unit")
+        return failed(why, excerpt(snapshot), "unit")
     if problem is not None:
         return failed(*problem)
 
@@ -511,37 +666,55 @@ def judge(snapshot: Snapshot, wanted: Wanted) -> Verdict:
             msg = f"healthy after {elapsed:.1f} s (held {wanted.settle_s:g} s): {progress}"
             return Verdict(state="ok", msg=msg, run=held, **seen)
         return Verdict(state="pending", msg=f"settling: {progress}", run=held, **seen)
+    if snapshot.suppressed and snapshot.health == "200" and any(w.endswith("no marker yet") for w in waiting):
+        return failed(*_lost_markers(snapshot, wanted, waiting))
+    tail = "\n".join(snapshot.journal[-TAIL_LINES:])
+    detail = "; ".join(waiting) + ("\n" if waiting else "") + tail
     if elapsed > wanted.timeout_s:
-        tail = "\n".join(lines[-TAIL_LINES:])
-        detail = "; ".join(waiting) + ("\n" if waiting else "") + tail
         return failed(f"not healthy within {wanted.timeout_s:.0f} s: {progress}", detail)
+    stalled = snapshot.read_at - run.progress_at
+    if wanted.stall_timeout_s > 0 and stalled > wanted.stall_timeout_s:
+        why = (
+            f"no progress for {stalled:.0f} s (stall_timeout_s={wanted.stall_timeout_s:g}): no new "
+            "journal line of the run and no change of the health answer; a hang (such as an NCCL P2P "
+            f"hang): {progress}"
+        )
+        return failed(why, detail)
     return Verdict(state="pending", msg=f"waiting: {progress}", run=replace(run, healthy_since=None), **seen)
 
 
 Reader = Callable[..., Snapshot]
 
 
-def complete_journal(verdict: Verdict, query: Query, read: Reader, sleep: Callable[[float], None]) -> Verdict:
+def complete_journal(
+    verdict: Verdict, query: Query, read: Reader, sleep: Callable[[float], None], marker: Any = None
+) -> Verdict:
     """Quote the whole traceback: a dying process's lines reach the journal after its first one,
-    and after the unit state changed."""
+    and after the unit state changed. Each re-read continues from the run's journal cursor."""
     if not verdict.follow_journal:
         return verdict
     journal_only = frozenset(("journal",))
-    if verdict.follow_journal == "fatal":
-        sleep(FATAL_GRACE_S)
-        lines = read(query, parts=journal_only).journal
-    else:
-        lines = []
-        for _ in range(JOURNAL_RETRIES):
-            lines = read(query, parts=journal_only).journal
-            if first_fatal(lines) is not None:
-                break
-            sleep(JOURNAL_RETRY_S)
-    detail = excerpt(lines)
+    state = verdict.run.journal
+    try:
+        if verdict.follow_journal == "fatal":
+            sleep(FATAL_GRACE_S)
+            snap = read(query, marker, parts=journal_only, journal=state)
+        else:
+            for attempt in range(JOURNAL_RETRIES):
+                if attempt:
+                    sleep(JOURNAL_RETRY_S)
+                snap = read(query, marker, parts=journal_only, journal=state)
+                state = snap.journal_state or state
+                if snap.fatal:
+                    break
+    except HostError:
+        return replace(verdict, follow_journal="")  # the failure stands, with what was read before
+    detail = excerpt(snap)
     return replace(
         verdict,
         detail=detail,
         msg=failure_msg(query.unit, verdict.why, verdict.elapsed_s, detail),
+        run=replace(verdict.run, journal=snap.journal_state or verdict.run.journal),
         follow_journal="",
     )
 
@@ -556,11 +729,16 @@ def watch(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.time,
 ) -> Verdict:
-    """Poll read_host + judge every poll_s until ok or failed, or until chunk_s has passed (pending)."""
+    """Poll read_host + judge every poll_s until ok or failed, or until chunk_s has passed (pending).
+
+    Each poll hands read_host the journal state of the previous one (in the run), so the journal is
+    read on from its cursor."""
     deadline = clock() + chunk_s
     while True:
         try:
-            verdict = judge(read(query, marker), wanted)
+            verdict = judge(read(query, marker, journal=wanted.run.journal), wanted)
+            if verdict.state == "failed":
+                verdict = complete_journal(verdict, query, read, sleep, marker)
         except HostError as exc:
             elapsed = clock() - wanted.run.started_at
             why = f"cannot read the host: {exc}"
@@ -571,14 +749,24 @@ def watch(
                 elapsed_s=round(elapsed, 2),
                 why=why,
             )
-        if verdict.state == "failed":
-            return complete_journal(verdict, query, read, sleep)
-        if verdict.state == "ok":
+        if verdict.state in ("failed", "ok"):
             return verdict
         wanted = replace(wanted, run=verdict.run)
         if clock() >= deadline:
             return verdict
         sleep(poll_s)
+
+
+def _restart_failed(unit: str, run: RunState, why: str, clock: Callable[[], float]) -> dict[str, Any]:
+    elapsed = clock() - run.started_at
+    verdict = Verdict(
+        state="failed",
+        msg=failure_msg(unit, why, elapsed, ""),
+        run=run,
+        elapsed_s=round(elapsed, 2),
+        why=why,
+    )
+    return verdict.result(changed=True)
 
 
 def execute(
@@ -589,12 +777,20 @@ def execute(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.time,
 ) -> dict[str, Any]:
-    """One module call: load the marker parser, restart when asked, watch one chunk. Raises SmokeError."""
+    """One module call: load the marker parser, restart when asked, watch one chunk.
+
+    Raises SmokeError when the check cannot run (its configuration); a restart that fails or does not
+    finish within restart_timeout_s is a failed run (state=failed)."""
     unit = params["unit"]
     run = RunState.from_option(params["run"])
     if check_mode:
         msg = f"check mode: would {'restart and ' if params['restart'] else ''}watch {unit}.service"
         return Verdict(state="ok", msg=msg, run=run).result(changed=bool(params["restart"]))
+    benign = tuple(params.get("benign_tracebacks") or ()) + tuple(params.get("extra_benign_tracebacks") or ())
+    try:
+        compile_benign(benign)
+    except ValueError as exc:
+        raise SmokeError(str(exc)) from exc
     marker = None
     if params["marker_state"]:
         if not params["patch_dir"]:
@@ -604,12 +800,14 @@ def execute(
         except MarkerError as exc:
             raise SmokeError(f"cannot check the kdtree-verify markers: {exc}") from exc
     changed = False
-    try:
-        if params["restart"]:
-            started_at = clock()
+    if params["restart"]:
+        run = RunState(started_at=clock())
+        try:
             restart(unit, params["restart_timeout_s"])
-            changed = True
-            run = RunState(started_at=started_at)
+        except HostError as exc:
+            return _restart_failed(unit, run, str(exc), clock)
+        changed = True
+    try:
         if not run.invocation_id:
             now = read(Query(unit=unit), parts=frozenset(("unit",)))
             run = RunState(
@@ -624,6 +822,9 @@ def execute(
         invocation_id=run.invocation_id,
         health_url=params["health_url"],
         scheduler_prefix=params["scheduler_prefix"],
+        benign_tracebacks=benign,
+        status_dir=params.get("status_dir") or "",
+        not_before=run.started_at,
     )
     wanted = Wanted(
         unit=unit,
@@ -633,6 +834,8 @@ def execute(
         nccl_env=params["nccl_env"] or {},
         settle_s=params["settle_s"],
         timeout_s=params["timeout_s"],
+        stall_timeout_s=params.get("stall_timeout_s") or 0.0,
+        status_dir=params.get("status_dir") or "",
     )
     verdict = watch(query, wanted, params["chunk_s"], params["poll_s"], marker, read, sleep, clock)
     return verdict.result(changed=changed)

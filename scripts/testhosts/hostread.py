@@ -1,13 +1,16 @@
 """Read a local test host's state with `podman exec` (shared by the summary and the benchmarks).
 
 The reading is the smoke check's own read_host() (plugins/module_utils/smoke_host.py, imported
-through the collection path of this clone): that file is stdlib only, so its source goes to the
-host's python3 as it is, followed by a few lines that call it and print the snapshot as JSON. The
-markers are parsed with the host's installed marker.py, as the smoke check parses them.
+through the collection path of this clone): it and the two module_utils it imports (journal.py,
+unit_socket.py) are stdlib only, so their source goes to the host's python3 as one program
+(host_source(): the three files without their imports of each other), followed by a few lines that
+call it and print the snapshot as JSON. The markers are parsed with the host's installed marker.py,
+as the smoke check parses them.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import inspect
 import json
@@ -20,7 +23,14 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "collections") not in sys.path:
     sys.path.insert(0, str(ROOT / "collections"))
 
-from ansible_collections.kdtree.fleet.plugins.module_utils import smoke_host  # noqa: E402
+from ansible_collections.kdtree.fleet.plugins.module_utils import (  # noqa: E402
+    journal,
+    smoke_host,
+    unit_socket,
+)
+
+# read_host()'s module and what it imports, in the order one program defines them.
+HOST_SOURCES = (journal, unit_socket, smoke_host)
 
 
 @functools.cache
@@ -113,6 +123,23 @@ print(
 """
 
 
+def host_source() -> str:
+    """HOST_SOURCES as one stdlib-only program: each file without its `from __future__` and
+    `from ansible_collections...` imports (the names those import are defined above them)."""
+    parts = ["from __future__ import annotations"]
+    for module in HOST_SOURCES:
+        source = inspect.getsource(module)
+        drop: set[int] = set()
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.ImportFrom) and (
+                node.module == "__future__" or (node.module or "").startswith("ansible_collections.")
+            ):
+                drop.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+        kept = [line for number, line in enumerate(source.splitlines(), 1) if number not in drop]
+        parts.append("\n".join(kept))
+    return "\n\n\n".join(parts) + "\n"
+
+
 def host_script(
     unit: str = UNIT,
     health_url: str = HEALTH_URL,
@@ -121,7 +148,7 @@ def host_script(
     scheduler_prefix: str = smoke_host.SCHEDULER_PREFIX,
     dropin_path: str = DROPIN_PATH,
 ) -> str:
-    """The program `python3 -` runs on the host: read_host's module, the settings, the driver."""
+    """The program `python3 -` runs on the host: read_host's modules, the settings, the driver."""
     settings = {
         "unit": unit,
         "health_url": health_url,
@@ -131,7 +158,7 @@ def host_script(
         "dropin_path": dropin_path,
     }
     return (
-        inspect.getsource(smoke_host)
+        host_source()
         + f"\n\n_SETTINGS = {json.dumps(settings)}\n"  # a JSON object is a Python dict literal
         + DRIVER
     )

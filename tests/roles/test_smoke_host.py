@@ -24,7 +24,6 @@ import pytest
 from conftest import PATCH_DIR, ROOT
 
 INVOCATION = "0123456789abcdef0123456789abcdef"
-SMOKE_HOST = ROOT / "plugins" / "module_utils" / "smoke_host.py"
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/cgroup").exists(), reason="needs Linux /proc")
 
@@ -37,8 +36,44 @@ def own_cgroup() -> str:
     pytest.skip("no systemd or unified cgroup line")
 
 
+# The fake journalctl: prints journal.jsonl (one JSON record a line, as `journalctl --output=json`
+# writes them) from the record after --after-cursor=C on; no filtering, so the reader's own
+# classification of the records is what the tests see.
+FAKE_JOURNALCTL = """\
+import os, sys
+calls, out = sys.argv[1], sys.argv[2]
+args = sys.argv[3:]
+with open(calls, "a") as handle:
+    handle.write("journalctl " + " ".join(args) + "\\n")
+with open(out, "rb") as handle:
+    lines = handle.read().splitlines(keepends=True)
+cursor = next((a.split("=", 1)[1] for a in args if a.startswith("--after-cursor=")), None)
+if cursor is not None:
+    index = next(i for i, line in enumerate(lines) if b'"__CURSOR": "%s"' % cursor.encode() in line)
+    lines = lines[index + 1 :]
+sys.stdout.buffer.write(b"".join(lines))
+"""
+
+
+def record(message: str | bytes, n: int, **fields) -> dict:
+    """A record as `journalctl --output=json --all` prints it (text that is not UTF-8: a byte array)."""
+    if isinstance(message, bytes):
+        try:
+            message = message.decode("utf-8")
+        except UnicodeDecodeError:
+            message = list(message)
+    base = {"__CURSOR": f"s=fake;i={n:x}", "__REALTIME_TIMESTAMP": str(int((time.time() + n) * 1e6))}
+    base.update({"_SYSTEMD_INVOCATION_ID": INVOCATION, "_SYSTEMD_UNIT": "sglang.service", "_PID": "100"})
+    base.update(fields)
+    base["MESSAGE"] = message
+    return base
+
+
 class FakeHost:
-    """Fake systemctl/journalctl on PATH; what they print and how they were called."""
+    """Fake systemctl/journalctl on PATH; what they print and how they were called.
+
+    journal: the run's lines (str, or bytes for raw output); records: extra records (another unit's
+    lines, journald's suppression record) written after them."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -47,31 +82,50 @@ class FakeHost:
         self.calls = root / "calls"
         self.calls.touch()
         self.props = {"ActiveState": "active", "InvocationID": INVOCATION, "NRestarts": "0"}
-        self.journal: list[str] = []
-        for name in ("systemctl", "journalctl"):
-            script = self.bin / name
-            script.write_text(
-                textwrap.dedent(
-                    f"""\
-                    #!/bin/sh
-                    echo "{name} $*" >> {self.calls}
-                    if [ "$1" = restart ]; then
-                      sleep "${{FAKE_RESTART_SLEEP:-0}}"; exit "${{FAKE_RESTART_RC:-0}}"
-                    fi
-                    sleep "${{FAKE_{name.upper()}_SLEEP:-0}}"
-                    cat {root / name}.out
-                    exit "${{FAKE_{name.upper()}_RC:-0}}"
-                    """
-                )
+        self.journal: list[str | bytes] = []
+        self.records: list[dict] = []
+        script = self.bin / "systemctl"
+        script.write_text(
+            textwrap.dedent(
+                f"""\
+                #!/bin/sh
+                echo "systemctl $*" >> {self.calls}
+                if [ "$1" = restart ]; then
+                  sleep "${{FAKE_RESTART_SLEEP:-0}}"; exit "${{FAKE_RESTART_RC:-0}}"
+                fi
+                sleep "${{FAKE_SYSTEMCTL_SLEEP:-0}}"
+                cat {root / "systemctl"}.out
+                exit "${{FAKE_SYSTEMCTL_RC:-0}}"
+                """
             )
-            script.chmod(0o755)
+        )
+        script.chmod(0o755)
+        (root / "journalctl.py").write_text(FAKE_JOURNALCTL)
+        script = self.bin / "journalctl"
+        script.write_text(
+            textwrap.dedent(
+                f"""\
+                #!/bin/sh
+                sleep "${{FAKE_JOURNALCTL_SLEEP:-0}}"
+                exec {sys.executable} {root / "journalctl.py"} {self.calls} {root / "journal.jsonl"} "$@"
+                """
+            )
+        )
+        script.chmod(0o755)
 
     def write(self) -> None:
         (self.root / "systemctl.out").write_text("".join(f"{k}={v}\n" for k, v in self.props.items()))
-        (self.root / "journalctl.out").write_text("".join(f"{line}\n" for line in self.journal))
+        records = [record(line, n) for n, line in enumerate(self.journal)]
+        records += [
+            {"__CURSOR": f"s=fake;i={n + len(records):x}", **extra} for n, extra in enumerate(self.records)
+        ]
+        (self.root / "journal.jsonl").write_text("".join(json.dumps(item) + "\n" for item in records))
 
     def called(self) -> list[str]:
         return self.calls.read_text().splitlines()
+
+    def journal_calls(self) -> list[str]:
+        return [call for call in self.called() if call.startswith("journalctl")]
 
 
 @pytest.fixture
@@ -145,7 +199,7 @@ def test_read_host_reads_the_unit_the_run_s_journal_health_and_the_schedulers(
     assert snap.health == "200"
     assert [(p.pid, p.environ) for p in snap.schedulers] == [(pid, {"NCCL_ALGO": "Ring"})]
     assert snap.schedulers[0].title.startswith(title)
-    assert f"journalctl -o cat --no-pager _SYSTEMD_INVOCATION_ID={INVOCATION}" in fake.called()
+    assert fake.journal_calls() == [" ".join(hu.journal_command(INVOCATION))]
     assert hu.Snapshot.from_dict(json.loads(json.dumps(snap.to_dict()))) == snap
 
 
@@ -167,7 +221,7 @@ def test_no_invocation_reads_the_unit_s_current_run(hu, fake):
     fake.write()
     snap = hu.read_host(hu.Query(unit="sglang"))
     assert snap.invocation_id == "f" * 32
-    assert fake.called()[-1] == f"journalctl -o cat --no-pager _SYSTEMD_INVOCATION_ID={'f' * 32}"
+    assert fake.called()[-1] == " ".join(hu.journal_command("f" * 32))
 
 
 def test_a_journal_only_read_runs_nothing_else(hu, fake):
@@ -200,13 +254,17 @@ def test_a_failing_systemctl_show_is_a_host_error(hu, fake, monkeypatch):
 
 
 def test_every_host_command_has_a_timeout():
-    tree = ast.parse(SMOKE_HOST.read_text(encoding="utf-8"))
-    calls = [
-        node
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("subprocess.run", "subprocess.Popen")
-    ]
-    assert calls
+    calls = []
+    for path in sorted((ROOT / "plugins" / "module_utils").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        calls += [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and ast.unparse(node.func)
+            in ("subprocess.run", "subprocess.Popen", "subprocess.check_output", "urllib.request.urlopen")
+        ]
+    assert len(calls) >= 3  # systemctl show / journalctl, systemctl restart, the health GET
     for call in calls:
         assert "timeout" in {kw.arg for kw in call.keywords}, ast.unparse(call)
     module = (ROOT / "plugins" / "modules" / "kdtree_smoke.py").read_text(encoding="utf-8")
@@ -226,7 +284,7 @@ def test_health_reports_a_refused_connection(hu):
 
 def test_restart_unit_is_bounded(hu, fake, monkeypatch):
     monkeypatch.setenv("FAKE_RESTART_SLEEP", "5")
-    with pytest.raises(hu.HostError, match=r"did not return within 0\.3 s"):
+    with pytest.raises(hu.HostError, match=r"^restart did not finish within 0\.3 s"):
         hu.restart_unit("sglang", 0.3)
 
 
@@ -261,9 +319,17 @@ def test_load_marker_loads_the_installed_file_standalone(hu, marker):
     assert marker.__name__ == "kdtree_smoke_host_marker"  # by path, not as the kdtree_verify package
 
 
+def hostread_module():
+    sys.path.insert(0, str(ROOT / "scripts" / "testhosts"))
+    try:
+        return importlib.import_module("hostread")
+    finally:
+        sys.path.remove(str(ROOT / "scripts" / "testhosts"))
+
+
 def test_smoke_host_runs_standalone_without_ansible(tmp_path):
-    """scripts/testhosts/hostread.py sends this file to a host's bare python3: stdlib only."""
-    driver = SMOKE_HOST.read_text(encoding="utf-8") + textwrap.dedent(
+    """scripts/testhosts/hostread.py sends read_host's files to a host's bare python3: stdlib only."""
+    driver = hostread_module().host_source() + textwrap.dedent(
         """
         import json
         snap = read_host(Query(unit="x"), parts=frozenset())
@@ -283,11 +349,7 @@ def test_smoke_host_runs_standalone_without_ansible(tmp_path):
 
 def test_hostread_reads_a_host_with_read_host(hu, marker, fake, scheduler, health_server, tmp_path):
     """scripts/testhosts/hostread.py's program, run here the way `podman exec -i HOST python3 -` runs it."""
-    sys.path.insert(0, str(ROOT / "scripts" / "testhosts"))
-    try:
-        hostread = importlib.import_module("hostread")
-    finally:
-        sys.path.remove(str(ROOT / "scripts" / "testhosts"))
+    hostread = hostread_module()
     assert hostread.smoke_host is hu
     pid, title = scheduler
     fake.props["DropInPaths"] = "/etc/systemd/system/sglang.service.d/50-kdtree.conf"
@@ -322,3 +384,147 @@ def test_hostread_reads_a_host_with_read_host(hu, marker, fake, scheduler, healt
         "arch": "sm_120",
         "schedulers": [{"pid": pid, "title": title, "marker": "active"}],
     }
+
+
+# --- the journal read on from its cursor, bytes, suppression, the health port's owner ----------
+
+
+def test_the_second_look_reads_only_the_new_lines_from_the_cursor(hu, marker, fake):
+    fake.journal = ["loading", "still loading"]
+    fake.write()
+    query = hu.Query(unit="sglang", invocation_id=INVOCATION)
+    first = hu.read_host(query, marker, parts=frozenset(("journal",)))
+    assert first.new_lines == 2
+    cursor = first.journal_state["cursor"]
+    assert cursor == "s=fake;i=1"
+    fake.journal += [marker.format_line({"pid": 101, "state": "active"}), "ready"]
+    fake.write()
+    second = hu.read_host(query, marker, parts=frozenset(("journal",)), journal=first.journal_state)
+    assert fake.journal_calls()[1] == " ".join(hu.journal_command(INVOCATION, cursor))
+    assert f"--after-cursor={cursor}" in fake.journal_calls()[1]
+    assert second.new_lines == 2  # only the two new ones were read
+    assert second.journal == ["loading", "still loading", fake.journal[2], "ready"]
+    assert [(m.pid, m.state) for m in second.markers] == [(101, "active")]
+    third = hu.read_host(query, marker, parts=frozenset(("journal",)), journal=second.journal_state)
+    assert third.new_lines == 0
+    assert third.journal_state["cursor"] == "s=fake;i=3"
+
+
+def test_invalid_utf8_and_a_100_kib_line_do_not_stop_the_reading(hu, marker, fake):
+    long_line = ("é" * 50_000).encode()
+    fake.journal = [long_line[:49_151], long_line[49_151:98_303], long_line[98_303:], b"\xff\xfe\x00 binary"]
+    fake.journal.append(marker.format_line({"pid": 101, "state": "active"}))
+    fake.write()
+    snap = hu.read_host(
+        hu.Query(unit="sglang", invocation_id=INVOCATION), marker, parts=frozenset(("journal",))
+    )
+    assert snap.new_lines == 5
+    assert [(m.pid, m.state) for m in snap.markers] == [(101, "active")]
+    assert "\ufffd" in snap.journal[3]
+    assert snap.fatal == []
+
+
+def test_a_traceback_in_another_unit_s_record_is_not_read_as_the_run_s(hu, fake):
+    fake.journal = ["loading"]
+    fake.records = [
+        {"MESSAGE": "Traceback (most recent call last):", "_SYSTEMD_UNIT": "nginx.service", "_PID": "77"}
+    ]
+    fake.write()
+    snap = hu.read_host(hu.Query(unit="sglang", invocation_id=INVOCATION), parts=frozenset(("journal",)))
+    assert (snap.new_lines, snap.journal, snap.fatal) == (1, ["loading"], [])
+
+
+def status_file(directory: Path, pid: int, state: str = "active", **extra) -> Path:
+    directory.mkdir(exist_ok=True)
+    path = directory / f"{pid}.json"
+    path.write_text(json.dumps({"pid": pid, "state": state, "mode": "validate", "reason": "", **extra}))
+    return path
+
+
+def suppressed(fake, count: int = 5000) -> None:
+    """A flood of the run's lines, then journald's record that it dropped the rest (the markers)."""
+    fake.journal = [f"flood {n}" for n in range(50)]
+    fake.records = [
+        {
+            "MESSAGE": f"Suppressed {count} messages from sglang.service",
+            "MESSAGE_ID": "a596d6fe7bfa4994828e72dfa8b8a6d5",
+            "N_DROPPED": str(count),
+            "OBJECT_SYSTEMD_INVOCATION_ID": INVOCATION,
+            "_SYSTEMD_UNIT": "systemd-journald.service",
+        }
+    ]
+    fake.write()
+
+
+def test_after_journald_suppression_the_status_file_gives_the_marker(hu, marker, fake, scheduler, tmp_path):
+    pid, title = scheduler
+    suppressed(fake)
+    written = status_file(tmp_path / "status", pid)
+    query = hu.Query(
+        unit="sglang", invocation_id=INVOCATION, scheduler_prefix=title, status_dir=str(tmp_path / "status")
+    )
+    snap = hu.read_host(query, marker)
+    assert snap.suppressed == 5000
+    assert snap.markers == []
+    assert [(s.pid, s.state, s.runtime_fallback) for s in snap.statuses] == [(pid, "active", False)]
+    assert snap.statuses[0].line.startswith(f"{written}: state=active")
+
+
+def test_no_status_file_is_read_while_loading_without_a_suppression(hu, marker, fake, scheduler, tmp_path):
+    pid, title = scheduler
+    fake.journal = ["loading"]
+    fake.write()
+    status_file(tmp_path / "status", pid)
+    query = hu.Query(
+        unit="sglang", invocation_id=INVOCATION, scheduler_prefix=title, status_dir=str(tmp_path / "status")
+    )
+    assert hu.read_host(query, marker).statuses == []
+
+
+def test_a_status_file_of_an_earlier_process_with_the_same_pid_does_not_count(
+    hu, marker, fake, scheduler, tmp_path
+):
+    pid, title = scheduler
+    suppressed(fake)
+    old = status_file(tmp_path / "status", pid)
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    query = hu.Query(
+        unit="sglang", invocation_id=INVOCATION, scheduler_prefix=title, status_dir=str(tmp_path / "status")
+    )
+    assert hu.read_host(query, marker).statuses == []
+
+
+def test_a_health_answer_from_a_process_outside_the_unit_is_named(hu, fake, health_server):
+    """The health server runs in this test process; a unit whose cgroup holds no process does not own it."""
+    fake.props["ControlGroup"] = "/system.slice/kdtree-test-nothing-here.service"
+    fake.write()
+    query = hu.Query(unit="sglang", invocation_id=INVOCATION, health_url=f"{health_server}/health")
+    snap = hu.read_host(query)
+    assert (
+        snap.health
+        == f"200 from pid {os.getpid()} ({Path('/proc/self/comm').read_text().strip()}), not sglang.service"
+    )
+
+
+def test_a_health_answer_from_the_unit_s_own_process_is_healthy(hu, fake, health_server):
+    query = hu.Query(unit="sglang", invocation_id=INVOCATION, health_url=f"{health_server}/health")
+    assert hu.read_host(query).health == "200"  # this process is in the unit's (own) cgroup
+
+
+def test_status_files_are_read_once_the_server_answers(hu, marker, fake, scheduler, health_server, tmp_path):
+    """journald logs its "Suppressed" record only when the unit logs again: do not wait for it."""
+    pid, title = scheduler
+    fake.props["ControlGroup"] = own_cgroup()
+    fake.journal = ["loading"]
+    fake.write()
+    status_file(tmp_path / "status", pid, state="fallback", runtime_fallback=True)
+    query = hu.Query(
+        unit="sglang",
+        invocation_id=INVOCATION,
+        scheduler_prefix=title,
+        health_url=f"{health_server}/health",
+        status_dir=str(tmp_path / "status"),
+    )
+    snap = hu.read_host(query, marker)
+    assert snap.health == "200"
+    assert [(s.pid, s.state, s.runtime_fallback) for s in snap.statuses] == [(pid, "fallback", True)]

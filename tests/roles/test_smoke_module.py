@@ -45,6 +45,7 @@ class Host:
         self.marker_state = marker_state
         self.restarts: list[tuple[str, float]] = []
         self.reads: list[frozenset | None] = []
+        self.queries: list[tuple] = []  # (query, journal state) of each read
 
     def clock(self) -> float:
         return self.now
@@ -58,8 +59,9 @@ class Host:
         self.nrestarts = 3
         self.now += 1.0
 
-    def read(self, query, marker=None, parts=None):
+    def read(self, query, marker=None, parts=None, journal=None):
         self.reads.append(parts)
+        self.queries.append((query, journal))
         hu = self.hu
         props = {"ActiveState": "active", "InvocationID": self.invocation, "NRestarts": str(self.nrestarts)}
         journal = []
@@ -95,6 +97,10 @@ def params(**over) -> dict:
         "patch_dir": str(PATCH_DIR),
         "nccl_env": {"NCCL_ALGO": "Ring"},
         "fail_on_error": True,
+        "stall_timeout_s": 0.0,
+        "status_dir": "",
+        "benign_tracebacks": ["OpenAIServingResponses init traceback:"],
+        "extra_benign_tracebacks": [],
     }
     base.update(over)
     return base
@@ -148,7 +154,7 @@ def results(module, hu) -> dict[str, dict]:
         "rollback": execute(module, Host(hu), marker_state="", patch_dir=""),
     }
 
-    def unreadable(query, marker=None, parts=None):
+    def unreadable(query, marker=None, parts=None, journal=None):
         raise hu.HostError("journalctl timed out")
 
     run = {"invocation_id": INVOCATION, "baseline_nrestarts": 0, "started_at": T0, "healthy_since": None}
@@ -217,12 +223,12 @@ def test_a_restart_is_bounded_and_starts_a_new_run(smoke_module, hu):
     result = execute(smoke_module, host, restart=True, restart_timeout_s=120.0)
     assert host.restarts == [("sglang", 120.0)]
     assert result["changed"] is True
-    assert result["run"] == {
+    assert {key: result["run"][key] for key in ("invocation_id", "baseline_nrestarts", "started_at")} == {
         "invocation_id": "a" * 32,
         "baseline_nrestarts": 3,
         "started_at": T0,
-        "healthy_since": T0 + 1.0,
     }
+    assert result["run"]["healthy_since"] == T0 + 1.0
     assert result["state"] == "ok"
 
 
@@ -275,14 +281,22 @@ def test_a_rollback_needs_no_marker_py(smoke_module, hu):
     assert result["schedulers"][0]["marker"] == "none"
 
 
-def test_a_failed_restart_fails_the_module(smoke_module, hu):
+def test_a_restart_that_does_not_finish_is_a_failed_run_with_its_own_message(smoke_module, hu):
+    """A failed run, not a module failure: with fail_on_error false (a rollback) the caller goes on."""
     host = Host(hu)
 
     def restart(unit, timeout_s):
-        raise hu.HostError("systemctl restart sglang.service did not return within 300 s")
+        host.now += timeout_s
+        raise hu.HostError(
+            f"restart did not finish within {timeout_s:g} s (`systemctl restart {unit}.service`)"
+        )
 
-    with pytest.raises(smoke_module.SmokeError, match="did not return within 300 s"):
-        smoke_module.execute(params(restart=True), read=host.read, restart=restart)
+    result = smoke_module.execute(params(restart=True), read=host.read, restart=restart, clock=host.clock)
+    assert result["state"] == "failed"
+    assert result["why"].startswith("restart did not finish within 300 s")
+    assert result["msg"].startswith("sglang.service: restart did not finish within 300 s")
+    assert result["changed"] is True
+    assert host.reads == []
 
 
 # --- the action plugin -----------------------------------------------------------------------
@@ -411,3 +425,34 @@ def test_through_ansible_a_missing_marker_py_fails_clearly(tmp_path):
     assert rc != 0
     assert result["state"] == "failed"
     assert f"{tmp_path}/kdtree_verify/marker.py does not exist" in result["msg"]
+
+
+def test_a_later_chunk_reads_the_journal_on_from_the_state_it_is_given(smoke_module, hu):
+    host = Host(hu)
+    state = {"cursor": "s=abc;i=99", "lines": 99}
+    run = {"invocation_id": INVOCATION, "baseline_nrestarts": 0, "started_at": T0, "journal": state}
+    execute(smoke_module, host, run=run)
+    assert host.queries[0][1] == state
+
+
+def test_the_benign_patterns_status_dir_and_restart_time_reach_the_reader(smoke_module, hu):
+    host = Host(hu)
+    execute(
+        smoke_module,
+        host,
+        restart=True,
+        status_dir="/run/kdtree-verify",
+        benign_tracebacks=["a"],
+        extra_benign_tracebacks=["b"],
+    )
+    query = host.queries[-1][0]
+    assert query.benign_tracebacks == ("a", "b")
+    assert query.status_dir == "/run/kdtree-verify"
+    assert query.not_before == T0
+
+
+def test_an_invalid_benign_pattern_fails_before_the_restart(smoke_module, hu):
+    host = Host(hu)
+    with pytest.raises(smoke_module.SmokeError, match="is not a regex"):
+        execute(smoke_module, host, restart=True, extra_benign_tracebacks=["(oops"])
+    assert host.restarts == []

@@ -8,9 +8,12 @@ One test per rule; each fails when its rule is removed from judge().
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
+
+journal = importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils.journal")
 
 INVOCATION = "0123456789abcdef0123456789abcdef"
 NCCL = {"NCCL_P2P_LEVEL": "SYS", "NCCL_ALGO": "Ring"}
@@ -67,26 +70,38 @@ class Host:
             101: ("sglang::scheduler_TP0 ", dict(NCCL)),
             102: ("sglang::scheduler_TP1 ", dict(NCCL)),
         }
+        self.benign = journal.DEFAULT_BENIGN_TRACEBACKS
+        self.suppressed = 0
+        self.statuses: list = []
+        self.seen_lines = 0  # lines an earlier snapshot already read (new_lines counts the rest)
 
     def mark(self, *pids: int, state: str = "active") -> Host:
         self.journal += [marker_line(self.marker, pid, state) for pid in pids]
         return self
 
     def snapshot(self):
-        markers, fallbacks = self.hu.parse_journal(self.journal, self.marker)
+        state = journal.JournalState()
+        benign = journal.compile_benign(self.benign)
+        for line in self.journal:
+            state.feed_line(line, self.marker, benign)
+        state.suppressed = self.suppressed
+        state.suppressed_line = (
+            f"Suppressed {self.suppressed} messages from sglang.service" if self.suppressed else ""
+        )
         snap = self.hu.Snapshot(
             read_at=T0 + self.at,
             invocation_id=INVOCATION,
             props=dict(self.props),
-            journal=list(self.journal),
-            markers=markers,
-            runtime_fallbacks=fallbacks,
             health=self.health,
             schedulers=[
                 self.hu.Process(pid=pid, title=title, environ=env)
                 for pid, (title, env) in sorted(self.schedulers.items())
             ],
+            new_lines=len(self.journal) - self.seen_lines,
+            statuses=list(self.statuses),
         )
+        self.hu.apply_journal(snap, state)
+        self.seen_lines = len(self.journal)
         # plain data: what crosses JSON is all judge() needs
         return self.hu.Snapshot.from_dict(json.loads(json.dumps(snap.to_dict())))
 
@@ -389,6 +404,7 @@ class Script:
         self.now = T0 + 10.0
         self.reads: list[str] = []
         self.sleeps: list[float] = []
+        self.states: list = []  # the journal state each read was handed
 
     def clock(self) -> float:
         return self.now
@@ -397,11 +413,15 @@ class Script:
         self.sleeps.append(seconds)
         self.now += seconds
 
-    def read(self, query, marker=None, parts=None):
+    def read(self, query, marker=None, parts=None, journal=None):
         assert query.invocation_id == INVOCATION
+        self.states.append(journal)
         if parts == frozenset(("journal",)):
             self.reads.append("journal")
-            return self.hu.Snapshot(read_at=self.now, invocation_id=INVOCATION, journal=self.journals.pop(0))
+            state = globals()["journal"].JournalState()
+            for line in self.journals.pop(0):
+                state.feed_line(line)
+            return self.hu.apply_journal(self.hu.Snapshot(read_at=self.now, invocation_id=INVOCATION), state)
         self.reads.append("all")
         if self.pictures:
             self.pictures.pop(0)(self.host)
@@ -487,7 +507,7 @@ def test_a_dead_unit_without_a_traceback_fails_after_a_bounded_wait(smoke_module
 
 
 def test_a_host_that_cannot_be_read_fails_the_run(smoke_module, hu, host):
-    def read(query, marker=None, parts=None):
+    def read(query, marker=None, parts=None, journal=None):
         raise hu.HostError("`journalctl ...` did not finish within 15 s")
 
     query = hu.Query(unit="sglang", invocation_id=INVOCATION)
@@ -497,3 +517,170 @@ def test_a_host_that_cannot_be_read_fails_the_run(smoke_module, hu, host):
     assert verdict.state == "failed"
     assert "cannot read the host" in verdict.msg
     assert "did not finish within 15 s" in verdict.msg
+
+
+# --- benign tracebacks, journald suppression, the health port's owner, no progress ------------
+
+# SGLang 0.5.23 http_server.py: the optional /v1/responses endpoint failed to initialise.
+BENIGN_TRACEBACK = [
+    "[2026-11-30 10:00:01] OpenAIServingResponses init traceback:",
+    "Traceback (most recent call last):",
+    '  File "http_server.py", line 400, in lifespan',
+    "OSError: harmony vocab download failed",
+]
+
+
+def test_a_benign_traceback_from_the_allow_list_passes_the_run(smoke_module, host):
+    host.journal += BENIGN_TRACEBACK
+    verdict = judge(smoke_module, host.mark(101, 102))
+    assert verdict.state == "ok"
+    assert verdict.benign == ["Traceback (most recent call last):"]
+
+
+def test_the_same_traceback_not_in_the_allow_list_fails(smoke_module, host):
+    host.benign = ("post-warmup freeze_gc failed",)
+    host.journal += BENIGN_TRACEBACK
+    verdict = judge(smoke_module, host.mark(101, 102))
+    assert verdict.state == "failed"
+    assert "OSError: harmony vocab download failed" in verdict.detail
+
+
+def test_the_words_in_a_logged_request_do_not_fail_the_run(smoke_module, host):
+    host.journal.append(
+        "[2026-11-30 10:00:05] Receive: obj=GenerateReqInput("
+        "text='Traceback (most recent call last):\\n', rid='x')"
+    )
+    assert judge(smoke_module, host.mark(101, 102)).state == "ok"
+
+
+def test_suppressed_markers_are_read_from_the_status_files(smoke_module, hu, host):
+    """A flood tripped journald's rate limiting before the markers; the status files hold them."""
+    host.journal += [f"flood {n}" for n in range(40)]
+    host.suppressed = 5000
+    host.statuses = [
+        hu.StatusFile(
+            pid=pid, state="active", runtime_fallback=False, line=f"/run/kdtree/{pid}.json: state=active"
+        )
+        for pid in (101, 102)
+    ]
+    verdict = judge(smoke_module, host, status_dir="/run/kdtree")
+    assert verdict.state == "ok"
+    assert verdict.suppressed == 5000
+    assert "suppressed=5000" in verdict.progress
+
+
+def test_a_runtime_fallback_in_a_status_file_fails(smoke_module, hu, host):
+    host.suppressed = 10
+    host.statuses = [
+        hu.StatusFile(
+            pid=pid, state="fallback", runtime_fallback=True, line=f"/run/kdtree/{pid}.json: state=fallback"
+        )
+        for pid in (101, 102)
+    ]
+    verdict = judge(smoke_module, host, status_dir="/run/kdtree")
+    assert verdict.state == "failed"
+    assert "reports the patch fallback" in verdict.why
+
+
+def test_a_marker_lost_to_suppression_fails_at_once_instead_of_at_the_timeout(smoke_module, host):
+    host.journal += [f"flood {n}" for n in range(40)]
+    host.suppressed = 5000
+    host.mark(101)  # 102's marker was dropped
+    verdict = judge(smoke_module, host)
+    assert verdict.state == "failed"
+    assert verdict.why == (
+        "journald suppressed 5000 messages of the run and sglang::scheduler_TP1 has no marker "
+        "although the health URL answers 200"
+    )
+    assert "Suppressed 5000 messages from sglang.service" in verdict.detail
+    assert "kdtree_smoke_status_dir" in verdict.detail
+
+
+def test_a_suppression_while_loading_keeps_waiting(smoke_module, host):
+    host.suppressed = 5000
+    host.health = "refused"
+    assert judge(smoke_module, host).state == "pending"
+
+
+FOREIGN = "200 from pid 4242 (python3), not sglang.service"
+
+
+def test_another_process_answering_health_while_the_unit_loads_is_not_healthy(smoke_module, host):
+    host.health = FOREIGN
+    verdict = judge(smoke_module, host.mark(101, 102))
+    assert verdict.state == "pending"
+    assert f"health={FOREIGN}" in verdict.progress
+    host.at = 901.0
+    timed_out = judge(smoke_module, host)
+    assert timed_out.state == "failed"
+    assert "pid 4242 (python3), not sglang.service" in timed_out.why
+
+
+def test_no_progress_fails_a_hung_run_with_its_own_message(smoke_module, hu, host):
+    """An NCCL P2P hang: the run logs nothing more and /health keeps refusing."""
+    host.health = "refused"
+    host.journal.append("[2026-11-30 10:00:03 TP0] Init torch distributed begin.")
+    script = Script(hu, host, [])
+    first = watch(smoke_module, script, chunk_s=10.0, poll_s=1.0, stall_timeout_s=30.0)
+    assert first.state == "pending"
+    assert first.run.progress_at == T0 + 10.0
+    second = watch(smoke_module, script, chunk_s=60.0, poll_s=1.0, stall_timeout_s=30.0, run=first.run)
+    assert second.state == "failed"
+    assert second.why.startswith("no progress for 31 s (stall_timeout_s=30)")
+    assert script.now - T0 == 41.0  # 10 s + 31 s: far before timeout_s (900 s)
+    assert "Init torch distributed begin." in second.detail
+
+
+def test_new_lines_or_a_health_change_are_progress(smoke_module, hu, host):
+    host.health = "refused"
+    script = Script(hu, host, [lambda h, n=n: h.journal.append(f"line {n}") for n in range(50)])
+    verdict = watch(smoke_module, script, chunk_s=45.0, poll_s=1.0, stall_timeout_s=5.0)
+    assert verdict.state == "pending"
+    host.health = "503"
+    script = Script(hu, host, [lambda h, c=c: setattr(h, "health", c) for c in ("503", "refused") * 30])
+    assert watch(smoke_module, script, chunk_s=45.0, poll_s=3.0, stall_timeout_s=5.0).state == "pending"
+
+
+def test_no_progress_timeout_off_by_default(smoke_module, hu, host):
+    host.health = "refused"
+    script = Script(hu, host, [])
+    assert watch(smoke_module, script, chunk_s=100.0, poll_s=5.0).state == "pending"
+
+
+def test_each_poll_reads_on_from_the_previous_poll_s_journal_state(smoke_module, hu, host):
+    host.health = "refused"
+    script = Script(hu, host, [])
+    first = watch(smoke_module, script, chunk_s=0.5, poll_s=0.25)
+    assert script.states[0] == {}  # a new run: from the start
+    assert {"cursor", "markers", "tail"} <= set(first.run.journal)  # what the reader returned
+    assert script.states[1:] == [first.run.journal] * 2
+    second = watch(smoke_module, script, chunk_s=0.0, run=first.run)
+    assert second.state == "pending"
+    assert script.states[-1] == first.run.journal  # the next chunk goes on from the same state
+
+
+def test_a_runtime_fallback_only_in_the_status_file_fails_an_active_marker(smoke_module, hu, host):
+    """journald dropped the kdtree-verify-fallback line; the status file still records it."""
+    host.mark(101, 102).suppressed = 10
+    line = "/run/kdtree/102.json: state=fallback reason=kernel\\x20error"
+    host.statuses = [hu.StatusFile(pid=102, state="fallback", runtime_fallback=True, line=line)]
+    verdict = judge(smoke_module, host, status_dir="/run/kdtree")
+    assert verdict.state == "failed"
+    assert "fell back to Triton at run time" in verdict.why
+    assert verdict.detail == line
+
+
+def test_a_failed_re_read_keeps_the_failure_and_its_traceback(smoke_module, hu, host):
+    host.journal += TRACEBACK
+
+    def read(query, marker=None, parts=None, journal=None):
+        if parts == frozenset(("journal",)):
+            raise hu.HostError("`journalctl ...` did not finish within 15 s")
+        return host.snapshot()
+
+    query = hu.Query(unit="sglang", invocation_id=INVOCATION)
+    verdict = smoke_module.watch(
+        query, wanted(smoke_module), 1.0, 0.25, None, read, lambda s: None, lambda: T0
+    )
+    assert verdict.why == "the current run logged a fatal error"
+    assert "RuntimeError: boom" in verdict.detail

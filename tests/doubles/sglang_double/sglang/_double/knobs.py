@@ -26,6 +26,10 @@ class Knobs:
     crash_rank: int
     hang: bool  # one rank never becomes ready
     hang_rank: int
+    # journal robustness (the smoke check's watcher): before the attention backend is imported
+    log_bytes: bool = False  # stderr gets bytes that are not UTF-8 and a 100 KiB line
+    benign_traceback: bool = False  # SGLang's logged OpenAIServingResponses init traceback
+    flood_lines: int = 0  # this many lines, so journald's rate limiting drops the marker after them
 
     @classmethod
     def from_env(cls) -> Knobs:
@@ -36,4 +40,7 @@ class Knobs:
             crash_rank=_int("SGLANG_DOUBLE_CRASH_RANK", 0),
             hang=os.environ.get("SGLANG_DOUBLE_HANG", "") not in ("", "0"),
             hang_rank=_int("SGLANG_DOUBLE_HANG_RANK", 0),
+            log_bytes=os.environ.get("SGLANG_DOUBLE_LOG_BYTES", "") not in ("", "0"),
+            benign_traceback=os.environ.get("SGLANG_DOUBLE_BENIGN_TRACEBACK", "") not in ("", "0"),
+            flood_lines=_int("SGLANG_DOUBLE_FLOOD_LINES", 0),
         )

@@ -5,6 +5,10 @@ Mirrored: the process title, the `[time TP<r>]` log prefix, PR_SET_PDEATHSIG, th
 to the parent over a pipe, and the failure path: any exception is logged as
 `Scheduler hit an exception: <traceback>` and the child sends SIGQUIT to its parent.
 Simulated: weight loading (sleep SGLANG_DOUBLE_LOAD_SECONDS) and the event loop (sleep).
+Journal noise before the backend import (the smoke check's watcher must survive it): bytes that are
+not UTF-8 and a 100 KiB line (SGLANG_DOUBLE_LOG_BYTES=1), the traceback SGLang 0.5.23 logs when its
+optional OpenAIServingResponses fails to initialise (SGLANG_DOUBLE_BENIGN_TRACEBACK=1), and a flood
+of N lines (SGLANG_DOUBLE_FLOOD_LINES=N) that trips journald's rate limiting before the marker.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import importlib
 import logging
 import os
 import signal
+import sys
 import time
 import traceback
 from multiprocessing.connection import Connection
@@ -51,7 +56,28 @@ def _sleep_checking(seconds: float, knobs: Knobs, tp_rank: int, started: float) 
         time.sleep(min(0.1, left))
 
 
+def _journal_noise(knobs: Knobs) -> None:
+    """What a real run may log before the marker: binary output, a benign traceback, a flood."""
+    if knobs.log_bytes:
+        sys.stderr.flush()
+        os.write(2, b"test double: binary \xff\xfe\x80 output\n")
+        os.write(2, b"x" + "é".encode() * 51_200 + b"\n")  # 100 KiB: journald cuts it at 48 KiB inside an "é"
+    if knobs.benign_traceback:
+        try:
+            raise OSError("test double: harmony vocab download failed")
+        except OSError as exc:
+            logger.warning(
+                "OpenAI Responses API (/v1/responses) disabled: OpenAIServingResponses init failed (%s: %s)",
+                type(exc).__name__,
+                exc,
+            )
+            logger.warning("OpenAIServingResponses init traceback:\n%s", traceback.format_exc())
+    for number in range(knobs.flood_lines):
+        logger.info("test double: flood line %d of %d", number + 1, knobs.flood_lines)
+
+
 def _build_model_runner(args: argparse.Namespace, knobs: Knobs, tp_rank: int, started: float) -> None:
+    _journal_noise(knobs)
     backend = importlib.import_module(BACKEND_MODULE)
     logger.info(
         "Attention backend module %s imported (class %s.TritonAttnBackend).",
