@@ -39,6 +39,7 @@ ENTRY_FIELDS = (
     "marker_state",
     "expected_schedulers",
     "nccl_env",
+    "status_dir",
     "dropin_path",
     "dropin",
     "exec_start_replaced",

@@ -28,6 +28,7 @@ def render(unit_env: dict | None = None, **over) -> str:
         kdtree_service_pythonpath="/opt/kdtree/patches/0123456789abcdef",
         kdtree_service_lib_path="/opt/kdtree/builds/sm_120a-x/libkdtree_verify.so",
         kdtree_service_secret_env_path="/etc/kdtree/sglang.env",
+        kdtree_service_status_dir="/run/kdtree-sglang",
         __kdtree_service_env={"environment": unit_env or {"PYTHONPATH": "/opt/cpu-shims"}},
     )
     variables.update(over)
@@ -50,6 +51,7 @@ def test_by_default_the_drop_in_sets_environment_only_and_leaves_execstart_alone
     text = render()
     assert lines(text, "ExecStart") == []
     assert lines(text, "Environment=")
+    assert lines(text, "RuntimeDirectory=") == ["RuntimeDirectory=kdtree-sglang"]
 
 
 def test_the_execstart_opt_in_clears_it_then_sets_it_once_without_python_I_or_E():
@@ -70,6 +72,7 @@ def test_environment_has_pythonpath_kdtree_and_nccl_values():
         'Environment="PYTHONPATH=/opt/kdtree/patches/0123456789abcdef:/opt/cpu-shims"',
         'Environment="KDTREE_VERIFY=validate"',
         'Environment="KDTREE_LIB=/opt/kdtree/builds/sm_120a-x/libkdtree_verify.so"',
+        'Environment="KDTREE_STATUS_DIR=/run/kdtree-sglang"',
         'Environment="PYTHONUNBUFFERED=1"',
         'Environment="SPT_NOENV=1"',
         'Environment="NCCL_P2P_LEVEL=SYS"',
