@@ -1,0 +1,221 @@
+"""The preflight's judgement of a unit as systemd merges it (module_utils/preflight; no systemd needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ansible_collections.kdtree.fleet.plugins.module_utils import preflight
+from ansible_collections.kdtree.fleet.plugins.module_utils.unit_env import service_settings
+
+OURS = "50-kdtree.conf"
+MANAGED = ["PYTHONPATH", "KDTREE_VERIFY", "KDTREE_LIB", "NCCL_ALGO"]
+STOCK = """[Unit]
+Description=SGLang
+
+[Service]
+Environment=HF_HUB_OFFLINE=1
+ExecStart=/opt/sglang/venv/bin/python -m sglang.launch_server --model-path /m \\
+    --tp-size 8 --port 30000
+"""
+
+
+def make_unit(
+    tmp_path: Path, stock: str = STOCK, dropins: dict[str, str] | None = None, **show
+) -> preflight.Unit:
+    unit_file = tmp_path / "sglang.service"
+    unit_file.write_text(stock, encoding="utf-8")
+    paths = []
+    for name, text in sorted((dropins or {}).items()):
+        path = tmp_path / "sglang.service.d" / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        paths.append(str(path))
+    unit = preflight.Unit("sglang.service", str(unit_file), paths, ours=OURS)
+    unit.show = {"StandardOutput": "journal", "StandardError": "inherit", **show}
+    for path in [str(unit_file), *paths]:
+        if Path(path).name != OURS or path == str(unit_file):
+            unit.settings.extend(service_settings(Path(path).read_text(encoding="utf-8"), path))
+    return unit
+
+
+def checks(
+    unit: preflight.Unit, cc: str = "12.0", skip: list[str] | None = None
+) -> dict[str, preflight.Check]:
+    found = preflight.run_checks(
+        unit,
+        managed_vars=MANAGED,
+        exec_start_override=[],
+        compute_capability=cc,
+        served_backend="triton",
+        supported_versions=("0.5.23",),
+        probe_env=None,
+        skip=["sglang", *(skip or [])],
+        timeout_s=5,
+    )
+    return {c.name: c for c in found}
+
+
+def test_a_plain_stock_unit_passes_every_unit_check(tmp_path):
+    result = checks(make_unit(tmp_path))
+    assert {name: c.ok for name, c in result.items()} == {
+        "command": True,
+        "interpreter": True,
+        "backend": True,
+        "stderr": True,
+        "overrides": True,
+    }
+
+
+@pytest.mark.parametrize("flags", ["-I", "-E", "-S", "-IS", "-sE", "-X dev -I", "-W ignore -E"])
+def test_python_flags_that_drop_pythonpath_are_refused_with_file_and_line(tmp_path, flags):
+    unit = make_unit(tmp_path, STOCK.replace("python -m", f"python {flags} -m"))
+    check = checks(unit)["interpreter"]
+    assert not check.ok
+    assert check.where == f"{tmp_path}/sglang.service:6"
+    assert "remove" in check.message
+
+
+@pytest.mark.parametrize("flags", ["-u", "-s", "-B", "-X importtime", "-W error"])
+def test_harmless_python_flags_pass(tmp_path, flags):
+    unit = make_unit(tmp_path, STOCK.replace("python -m", f"python {flags} -m"))
+    assert checks(unit)["interpreter"].ok
+
+
+def test_a_console_script_is_read_through_its_python_shebang(tmp_path):
+    script = tmp_path / "sglang"
+    script.write_text("#!/opt/sglang/venv/bin/python -I\nimport sys\n", encoding="utf-8")
+    unit = make_unit(
+        tmp_path, STOCK.replace("/opt/sglang/venv/bin/python -m sglang.launch_server", f"{script} serve")
+    )
+    result = checks(unit)
+    assert result["command"].ok
+    assert not result["interpreter"].ok
+
+
+def test_a_wrapper_shell_script_cannot_be_checked_and_says_how_to_skip(tmp_path):
+    script = tmp_path / "start.sh"
+    script.write_text("#!/bin/sh\nexec python -m sglang.launch_server\n", encoding="utf-8")
+    unit = make_unit(
+        tmp_path, STOCK.replace("/opt/sglang/venv/bin/python -m sglang.launch_server", str(script))
+    )
+    check = checks(unit)["command"]
+    assert not check.ok
+    assert "kdtree_service_preflight_skip" in check.message
+    # skipped, the checks that need the python are not run; the others still are
+    assert set(checks(unit, skip=["command"])) == {"stderr", "overrides"}
+
+
+def test_a_later_execstart_reset_in_a_drop_in_wins(tmp_path):
+    unit = make_unit(
+        tmp_path, dropins={"20-mine.conf": "[Service]\nExecStart=\nExecStart=/usr/bin/env true\n"}
+    )
+    argv, line = preflight.exec_start(unit.settings)
+    assert argv == ["/usr/bin/env", "true"]
+    assert line is not None and line.path.endswith("20-mine.conf") and line.line == 3
+
+
+@pytest.mark.parametrize(
+    ("extra", "cc", "ok"),
+    [
+        ("--attention-backend triton", "9.0", True),
+        ("--attention-backend=triton", "10.0", True),
+        ("--attention-backend fa3", "12.0", False),
+        ("", "12.0", True),  # SGLang's default on sm_120 is triton
+        ("", "9.0", False),  # fa3 on Hopper
+        ("", "10.0", False),  # trtllm_mla / flashinfer on sm_100
+    ],
+)
+def test_the_backend_must_be_the_one_the_patch_serves(tmp_path, extra, cc, ok):
+    unit = make_unit(tmp_path, STOCK.replace("--port 30000", f"--port 30000 {extra}"))
+    check = checks(unit, cc=cc)["backend"]
+    assert check.ok is ok
+    if not ok:
+        assert "--attention-backend triton" in check.message
+
+
+@pytest.mark.parametrize(
+    ("show", "ok"),
+    [
+        ({"StandardError": "journal"}, True),
+        ({"StandardError": "inherit", "StandardOutput": "journal+console"}, True),
+        ({"StandardError": "file:/var/log/x"}, False),
+        ({"StandardError": "inherit", "StandardOutput": "null"}, False),
+        ({"StandardError": "null"}, False),
+    ],
+)
+def test_stderr_must_reach_the_journal(tmp_path, show, ok):
+    assert checks(make_unit(tmp_path, **show))["stderr"].ok is ok
+
+
+def test_a_drop_in_sorting_after_ours_that_sets_our_variable_is_refused(tmp_path):
+    unit = make_unit(tmp_path, dropins={"override.conf": "[Service]\nEnvironment=PYTHONPATH=/srv/mine X=1\n"})
+    check = checks(unit)["overrides"]
+    assert not check.ok
+    assert f"{tmp_path}/sglang.service.d/override.conf:2 Environment= sets PYTHONPATH" in check.message
+
+
+def test_a_drop_in_sorting_before_ours_may_set_our_variables(tmp_path):
+    unit = make_unit(tmp_path, dropins={"10-path.conf": "[Service]\nEnvironment=PYTHONPATH=/opt/cpu-shims\n"})
+    assert checks(unit)["overrides"].ok
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[Service]\nUnsetEnvironment=KDTREE_LIB\n",
+        "[Service]\nEnvironment=\n",
+        "[Service]\nPassEnvironment=NCCL_ALGO\n",
+    ],
+)
+def test_later_unset_clear_or_pass_of_our_variables_is_refused(tmp_path, text):
+    assert not checks(make_unit(tmp_path, dropins={"99-x.conf": text}))["overrides"].ok
+
+
+def test_an_environment_file_setting_our_variable_is_refused_wherever_it_is_named(tmp_path):
+    envfile = tmp_path / "sglang.env"
+    envfile.write_text("# comment\nexport KDTREE_VERIFY=off\nOTHER=1\n", encoding="utf-8")
+    unit = make_unit(tmp_path, STOCK.replace("[Service]\n", f"[Service]\nEnvironmentFile=-{envfile}\n"))
+    check = checks(unit)["overrides"]
+    assert not check.ok
+    assert (
+        f"{envfile}:2 (EnvironmentFile= at {tmp_path}/sglang.service:5) sets KDTREE_VERIFY" in check.message
+    )
+
+
+def test_our_own_drop_in_is_never_held_against_us(tmp_path):
+    unit = make_unit(
+        tmp_path, dropins={OURS: "[Service]\nEnvironment=PYTHONPATH=/opt/kdtree/x KDTREE_VERIFY=on\n"}
+    )
+    assert checks(unit)["overrides"].ok
+
+
+def test_the_launch_facts_read_parallel_sizes_and_port(tmp_path):
+    unit = make_unit(tmp_path, STOCK.replace("--tp-size 8", "--tp 4 --pp-size 2"))
+    facts = preflight.launch_facts(unit, [])
+    assert (facts["tp_size"], facts["pp_size"], facts["dp_size"], facts["port"]) == (4, 2, 1, 30000)
+    assert preflight.launch_facts(make_unit(tmp_path, STOCK.replace(" --port 30000", "")), [])["port"] is None
+
+
+def test_the_unit_environment_for_the_probe_lets_environment_files_win(tmp_path):
+    envfile = tmp_path / "e"
+    envfile.write_text('HF_HUB_OFFLINE="0"\n', encoding="utf-8")
+    unit = make_unit(tmp_path, STOCK.replace("[Service]\n", f"[Service]\nEnvironmentFile={envfile}\n"))
+    assert preflight.unit_environment(unit) == {"HF_HUB_OFFLINE": "0"}
+
+
+def _fake_python(tmp_path: Path, version: str) -> str:
+    python = tmp_path / "python3"
+    python.write_text(f"#!/bin/sh\necho {version}\n", encoding="utf-8")
+    python.chmod(0o755)
+    return str(python)
+
+
+@pytest.mark.parametrize(
+    ("version", "ok"), [("0.5.23", True), ("0.5.23+testdouble", True), ("0.5.22", False)]
+)
+def test_the_sglang_version_must_be_supported(tmp_path, version, ok):
+    check = preflight.check_sglang(_fake_python(tmp_path, version), ("0.5.23",), 5)
+    assert check.ok is ok
+    if not ok:
+        assert "has sglang 0.5.22; this patch supports 0.5.23 only" in check.message
