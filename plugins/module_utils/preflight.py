@@ -275,10 +275,11 @@ def check_stderr(unit: Unit) -> Check:
             line = s
     if effective in JOURNAL_OUTPUTS:
         return Check("stderr", True, f"stderr goes to {effective}", _where(line))
+    setting = f"{line.key}={line.value}" if line else f"StandardError={err}, StandardOutput={out}"
     return Check(
         "stderr",
         False,
-        f"stderr goes to {effective or '?'} (StandardError={err}, StandardOutput={out}), not the journal: "
+        f"stderr goes to {effective or '?'} ({setting}), not the journal: "
         "the deploy reads every scheduler's marker and any traceback there; set StandardError=journal "
         "(or remove the setting).",
         _where(line),

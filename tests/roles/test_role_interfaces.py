@@ -151,3 +151,26 @@ def _unsafe_regex(path: str) -> re.Pattern[str]:
 )
 def test_directory_safety_check_flags_group_or_world_writable_or_foreign_owned(path, line, unsafe):
     assert bool(_unsafe_regex(path).match(line)) is unsafe
+
+
+HOST_COMMANDS = {"ansible.builtin.shell", "ansible.builtin.command", "ansible.builtin.systemd_service"}
+
+
+def _tasks_without_timeout(tasks) -> list[str]:
+    missing = []
+    for task in tasks or []:
+        for key in ("block", "rescue", "always"):
+            missing += _tasks_without_timeout(task.get(key))
+        if HOST_COMMANDS & set(task) and "timeout" not in task:
+            missing.append(task.get("name", "?"))
+    return missing
+
+
+def test_every_host_command_of_the_roles_and_playbooks_has_a_timeout():
+    missing = []
+    for path in [*ROLES.glob("*/tasks/*.yml"), *ROLES.glob("*/handlers/*.yml")]:
+        missing += [f"{path.relative_to(ROOT)}: {name}" for name in _tasks_without_timeout(load_yaml(path))]
+    for path in (ROOT / "playbooks").glob("*.yml"):
+        for play in load_yaml(path):
+            missing += [f"{path.relative_to(ROOT)}: {n}" for n in _tasks_without_timeout(play.get("tasks"))]
+    assert missing == []
