@@ -16,6 +16,7 @@ EXPORTED = {
     "kdtree_verify_build_info",
     "kdtree_verify_prepare",
     "kdtree_verify_num_splits",
+    "kdtree_verify_min_split_tiles",
     "kdtree_verify_workspace_bytes",
     "kdtree_verify_max_workspace_bytes",
     "kdtree_verify_run",
