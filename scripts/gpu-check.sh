@@ -66,7 +66,7 @@ check_driver() {
   if (( have < need )); then
     echo "gpu-check: driver $driver is older than CUDA $release needs (>= $need): every kernel launch would fail."
     echo "  fix: install an NVIDIA driver >= $need, or build with a toolkit this driver supports"
-    echo "  (KDTREE_NVCC=/usr/local/cuda-12.8/bin/nvcc for a 570 driver; sm_120a/sm_100a need CUDA >= 12.8)."
+    echo "  (KDTREE_NVCC=/usr/local/cuda-12.8/bin/nvcc for a 570 driver; build.sh's arches need CUDA >= 12.8)."
     return 1
   fi
   echo "gpu-check: driver $driver, nvcc $release (needs driver >= $need): ok"
