@@ -141,3 +141,18 @@ def test_fp8_validate_still_counts_a_dropped_needle():
     shape = (triton.shape[0], -1)
     stats.record(faulty.to(torch.bfloat16).view(shape), triton.to(torch.bfloat16).view(shape), FP8_REL_TOL)
     assert stats.read()["mismatches"] == 1
+
+
+def test_build_sh_builds_faults_only_when_asked():
+    import subprocess
+
+    from conftest import ARCHS, BUILD_SH
+
+    def flags(*extra):
+        cmd = ["bash", str(BUILD_SH), "--print-flags", "--arch", ARCHS[0], *extra]
+        return subprocess.run(cmd, capture_output=True, text=True, check=False)
+
+    assert "KDTREE_FAULT" not in flags().stdout
+    assert "-DKDTREE_FAULT=1" in flags("--fault", "last-tile").stdout
+    assert "-DKDTREE_FAULT=2" in flags("--fault", "one-split").stdout
+    assert flags("--fault", "everything").returncode == 2
