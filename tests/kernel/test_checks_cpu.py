@@ -14,6 +14,7 @@ from kdtree_verify.validate import FP8_REL_TOL, ValidateStats, rel_tol_for  # no
 from kernel_cases import CaseSpec, make_case  # noqa: E402
 
 TILE = 16
+SPLIT = 32 * TILE  # keys per split in the needle case
 
 
 def _tile_keys(total: int, tile: int) -> list[int]:
@@ -25,7 +26,7 @@ def needle_case():
     spec = CaseSpec(prefix_lens=[2000], ns=[4], heads=8, seed=5)
     case = make_case(spec, "cpu")
     total = 2004
-    # 4 splits of 32 tiles (512 keys): the positions a real launch with these splits would cut at.
+    # 4 splits of 32 tiles (SPLIT keys): the positions a real launch with these splits would cut at.
     positions = kc.boundary_positions(total, TILE, splits=4, per_split_tiles=32)
     cols = kc.add_needles(case, positions)
     return case, positions, cols, verify_attention_reference(**case)
@@ -33,8 +34,9 @@ def needle_case():
 
 def test_needle_positions_cover_the_ends_and_every_split_boundary():
     pos = kc.boundary_positions(2004, TILE, splits=4, per_split_tiles=32)
-    assert {0, 2003, 511, 512, 1023, 1024, 1535, 1536, 15, 16, 1983, 1984} <= set(pos)
-    assert len(pos) <= 512
+    splits = {b + d for b in (SPLIT, 2 * SPLIT, 3 * SPLIT) for d in (-1, 0)}
+    assert {0, 2003, 15, 16, 1983, 1984} | splits <= set(pos)
+    assert len(pos) <= kc.HEAD_DIM_V
 
 
 def test_the_reference_passes_its_own_needle_check(needle_case):
@@ -59,7 +61,7 @@ def test_a_dropped_key_tile_or_split_fails_the_needle_check(needle_case, fault):
         "first key": [0],
         "last key": [total - 1],
         "last tile": _tile_keys(total, (total - 1) // TILE),
-        "split 1": list(range(512, 1024)),
+        "split 1": list(range(SPLIT, 2 * SPLIT)),
         "tile at a split boundary": _tile_keys(total, 64),
         "one prefix key mid tile": [1536],
     }[fault]

@@ -249,11 +249,11 @@ class VerifyKernel:
     ) -> None:
         """Enqueue one verify attention on torch's current stream (no sync, no allocation).
 
-        q bf16 [T, H, 576]; k_extend bf16 [>=T, 1, 576]; v_extend bf16 [>=T, 1, 512]; kv_buffer bf16 or
-        float8_e4m3fn [P, 1, 576]; qo_indptr, kv_indptr, mask_indptr int32/int64 [>=B+1]; kv_indices
-        int32/int64 [>=kv_indptr[B]]; custom_mask bool/uint8 flat, or None for causal draft blocks
-        (then mask_indptr may be None too); out bf16 [T, H, 512]. k_scale / v_scale multiply the
-        prefix scores / prefix P.V terms, as SGLang's k_descale / v_descale.
+        q bf16 [T, H, HEAD_DIM_QK]; k_extend bf16 [>=T, 1, HEAD_DIM_QK]; v_extend bf16 [>=T, 1, HEAD_DIM_V];
+        kv_buffer bf16 or float8_e4m3fn [P, 1, HEAD_DIM_QK]; qo_indptr, kv_indptr, mask_indptr
+        int32/int64 [>=B+1]; kv_indices int32/int64 [>=kv_indptr[B]]; custom_mask bool/uint8 flat, or
+        None for causal draft blocks (then mask_indptr may be None too); out bf16 [T, H, HEAD_DIM_V].
+        k_scale / v_scale multiply the prefix scores / prefix P.V terms, as SGLang's k/v_descale.
         """
         torch = self._torch
         validate_args(

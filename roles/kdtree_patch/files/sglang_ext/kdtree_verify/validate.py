@@ -48,7 +48,7 @@ class ValidateStats:
         return torch.empty((tokens, width), dtype=dtype, device=self.device)
 
     def record(self, kernel_out: torch.Tensor, triton_out: torch.Tensor, rel_tol: float = 0.0) -> None:
-        """kernel_out, triton_out [T, H*512] bf16: one call's outputs. A mismatch is
+        """kernel_out, triton_out [T, H*HEAD_DIM_V] bf16: one call's outputs. A mismatch is
         max|kernel - triton| > tol + rel_tol * max|triton| (rel_tol: `rel_tol_for` the KV dtype)."""
         if kernel_out.numel() == 0:
             return
