@@ -44,23 +44,27 @@ from kernel_cases import CaseSpec, make_case
 from kdtree_verify.reference import verify_attention_reference
 from kdtree_verify.shapes import HEAD_DIM_V
 errs = {}
-for causal in (False, True):
-    spec = CaseSpec(prefix_lens=[5, 0, 9], ns=[4, 4, 4], heads=2, causal=causal, seed=4)
+for causal, k_scale, v_scale in ((False, 1.0, 1.0), (True, 1.0, 1.0), (True, 0.5, 0.25), (False, 2.0, 0.5)):
+    spec = CaseSpec(
+        prefix_lens=[5, 0, 9], ns=[4, 4, 4], heads=2, causal=causal, k_scale=k_scale, v_scale=v_scale, seed=4
+    )
     c = make_case(spec, "cpu")
     f = {k: (v.float() if torch.is_tensor(v) and v.is_floating_point() else v) for k, v in c.items()}
     o = torch.empty((12, 2, HEAD_DIM_V))
     mod.extend_attention_fwd(
         f["q"], f["k_extend"], f["v_extend"], o, f["kv_buffer"], f["kv_buffer"][..., :HEAD_DIM_V],
         c["qo_indptr"], c["kv_indptr"], c["kv_indices"], c["custom_mask"], causal, c["mask_indptr"], 4,
-        1.0, 1.0, sm_scale=c["sm_scale"],
+        k_scale, v_scale, sm_scale=c["sm_scale"],
     )
     ref = verify_attention_reference(**f)
-    errs[str(causal)] = float((o - ref).abs().max())
+    errs[f"{causal} {k_scale} {v_scale}"] = float((o - ref).abs().max())
 print(json.dumps(errs))
 """
 
 
-def test_the_vendored_kernel_runs_without_sglang_and_matches_the_reference():
+def test_the_vendored_kernel_runs_without_sglang_and_matches_the_reference_causal_and_scaled():
+    """Also the ground truth of the scale decision: SGLang's Triton multiplies prefix scores by k_scale
+    and prefix P.V by v_scale, exactly as kdtree_verify.reference (and the kernel) do."""
     paths = [str(ROOT / "bench"), str(ROOT / "roles" / "kdtree_patch" / "files" / "sglang_ext")]
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run(
@@ -68,4 +72,4 @@ def test_the_vendored_kernel_runs_without_sglang_and_matches_the_reference():
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     errs = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert errs["False"] < 1e-4 and errs["True"] < 1e-4, errs
+    assert len(errs) == 4 and max(errs.values()) < 1e-4, errs
