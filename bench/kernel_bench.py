@@ -198,11 +198,11 @@ def roofline_us(batch: int, n: int, prefix: int, heads: int, kv_elem: int, gbps:
     return nbytes, flops, t * 1e6
 
 
-def bench_shape(vk, triton_fwd, batch, n, prefix, heads, kv_dtype, peak, tflops) -> Row:
+def bench_shape(vk, triton_fwd, batch, n, prefix, heads, kv_dtype, peak, tflops, block_m=0) -> Row:
     inputs = make_inputs(batch, n, prefix, heads, kv_dtype, seed=batch * 1000 + n * 7 + prefix)
     tokens = batch * n
     out = torch.empty((tokens, heads, HEAD_DIM_V), dtype=torch.bfloat16, device="cuda")
-    kernel_us = time_call(lambda: vk.run(**inputs, out=out))
+    kernel_us = time_call(lambda: vk.run(**inputs, out=out, block_m=block_m))
     elem = inputs["kv_buffer"].element_size()
     nbytes, _flops, roof_us = roofline_us(batch, n, prefix, heads, elem, peak or 1.0, tflops)
     kv_gbps = nbytes / (kernel_us * 1e-6) / 1e9
@@ -327,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-pool-gb", type=float, default=24.0, help="skip shapes whose KV pool is larger")
     ap.add_argument("--peak-gbps", type=float, default=None)
     ap.add_argument("--peak-tflops", type=float, default=None)
+    ap.add_argument("--block-m", type=int, default=0, choices=[0, 32, 64], help="force a CTA layout")
     ap.add_argument("--json", default=None, help="write the rows and goals here")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -375,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         if pool_gb > args.max_pool_gb:
             print(f"{heads:>3} {batch:>5} {n:>3} {prefix:>7}  skipped: KV pool {pool_gb:.1f} GB")
             continue
-        row = bench_shape(vk, triton_fwd, batch, n, prefix, heads, kv_dtype, peak, tflops)
+        row = bench_shape(vk, triton_fwd, batch, n, prefix, heads, kv_dtype, peak, tflops, args.block_m)
         rows.append(row)
         print(
             f"{heads:>3} {batch:>5} {n:>3} {prefix:>7} {row.splits:>6} {row.kernel_us:>10.1f} "

@@ -250,6 +250,30 @@ def test_run_rejects_an_unknown_mask_mode(lib):
     assert _run(lib, _args(mask_mode=2)) == 1
 
 
+def test_the_32_row_layout_serves_h_times_n_up_to_32_only(lib):
+    assert lib.kdtree_verify_block_m(8, 4, 0) == 32  # EAGLE3 top-k 1 at TP8: the production shape
+    assert lib.kdtree_verify_block_m(16, 2, 0) == 32 and lib.kdtree_verify_block_m(32, 1, 0) == 32
+    assert lib.kdtree_verify_block_m(16, 4, 0) == 64 and lib.kdtree_verify_block_m(64, 1, 0) == 64
+    assert lib.kdtree_verify_block_m(8, 4, 64) == 64  # forced
+    assert lib.kdtree_verify_block_m(16, 4, 32) == -1 and lib.kdtree_verify_block_m(8, 4, 48) == -1
+    assert (lib.kdtree_verify_block_n(32), lib.kdtree_verify_block_n(64), lib.kdtree_verify_block_n(48)) == (
+        32,
+        16,
+        -1,
+    )
+
+
+def test_run_rejects_a_layout_it_cannot_honour(lib):
+    assert _run(lib, _args(block_m=48)) == 1
+    assert _run(lib, _args(block_m=32, num_heads=16)) == 1  # 16 x 4 rows do not fit 32
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_every_layout_hint_it_can_honour_gets_past_the_argument_checks(lib):
+    for hint in (0, 32, 64):
+        assert _run(lib, _args(block_m=hint)) == 3  # launch error: no GPU here, but not 1
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
 def test_a_causal_call_needs_no_mask_pointers(lib):
     # Past argument checks (3 = launch error, there is no GPU here), not 1 = bad argument.

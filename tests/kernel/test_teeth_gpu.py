@@ -65,34 +65,36 @@ def faulty(request):
     return request.param, _build_faulty(request.param)
 
 
-def _splits(vk, case, heads: int, n: int) -> tuple[int, int]:
-    """(num_splits, tiles per split of request 0) as the library will launch this case."""
+def _splits(vk, case, heads: int, n: int, block_m: int = 0) -> tuple[int, int, int]:
+    """(num_splits, key tiles per split of request 0, keys per tile) as the library launches this case
+    (the kernel's own arithmetic: tiles of the layout's BN keys, the minimum rounded up to them)."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     dtype = kernel.KV_FP8_E4M3 if case["kv_buffer"].dtype == torch.float8_e4m3fn else kernel.KV_BF16
     splits = vk.lib.kdtree_verify_num_splits(
         sms, case["batch_size"], heads, n, int(case["kv_indices"].numel()), dtype
     )
-    min_tiles = vk.lib.kdtree_verify_min_split_tiles(heads, n, dtype)
+    bn = vk.lib.kdtree_verify_block_n(vk.lib.kdtree_verify_block_m(heads, n, block_m))
+    min_tiles = -(-vk.lib.kdtree_verify_min_split_tiles(heads, n, dtype) * TILE // bn)
     total = int(case["kv_indptr"][1] - case["kv_indptr"][0]) + n
-    tiles = -(-total // TILE)
-    return splits, max(-(-tiles // splits), min_tiles)
+    tiles = -(-total // bn)
+    return splits, max(-(-tiles // splits), min_tiles), bn
 
 
-def _run(vk, case, n):
+def _run(vk, case, n, block_m: int = 0):
     tokens, heads = case["q"].shape[:2]
     out = torch.full((tokens, heads, HEAD_DIM_V), 7.0, dtype=torch.bfloat16, device="cuda")
-    vk.run(**kernel_kwargs(case, out, n))
+    vk.run(**kernel_kwargs(case, out, n), block_m=block_m)
     torch.cuda.synchronize()
     return out.float().cpu()
 
 
-def _needle_case(vk, prefix, heads, n, kv_dtype, causal):
+def _needle_case(vk, prefix, heads, n, kv_dtype, causal, block_m=0):
     spec = CaseSpec(
         prefix_lens=[prefix], ns=[n], heads=heads, kv_dtype=kv_dtype, causal=causal, seed=prefix + n
     )
     case = make_case(spec, "cpu")
-    splits, per_split = _splits(vk, case, heads, n)
-    positions = kc.boundary_positions(prefix + n, TILE, splits, per_split)
+    splits, per_split, bn = _splits(vk, case, heads, n, block_m)
+    positions = kc.boundary_positions(prefix + n, bn, splits, per_split)
     cols = kc.add_needles(case, positions)
     ref = verify_attention_reference(**case)
     return {k: (v.cuda() if torch.is_tensor(v) else v) for k, v in case.items()}, case, cols, ref, splits
@@ -133,17 +135,35 @@ def test_q0_gives_the_exact_bucket_answer(vk, prefix, causal, kv_dtype, index_dt
     assert kc.check_exact(got, exact) is None, kc.check_exact(got, exact)
 
 
-def test_the_checks_fail_on_a_kernel_built_with_a_fault(faulty):
+@pytest.mark.parametrize("block_m", [32, 64])
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("prefix", [0, 17, 31, 32, 33, 4096, 65536])
+def test_both_layouts_serve_the_production_shape(vk, prefix, kv_dtype, block_m):
+    """H = 8, n = 4 (EAGLE3 top-k 1 at TP8) through the 32-row layout (the default) and the 64-row one."""
+    gpu_case, case, cols, ref, _ = _needle_case(vk, prefix + 1, 8, 4, kv_dtype, False, block_m)
+    got = _run(vk, gpu_case, 4, block_m)
+    assert kc.check_needles(got, ref, case, cols) is None, kc.check_needles(got, ref, case, cols)
+    spec = CaseSpec(
+        prefix_lens=[prefix, 3, prefix // 2], ns=[4, 4, 4], heads=8, kv_dtype=kv_dtype, seed=prefix
+    )
+    plain = make_case(spec, "cpu")
+    ref = verify_attention_reference(**plain)
+    got = _run(vk, {k: (v.cuda() if torch.is_tensor(v) else v) for k, v in plain.items()}, 4, block_m)
+    assert kc.check_rows(got, ref) is None, kc.check_rows(got, ref)
+
+
+@pytest.mark.parametrize("block_m", [32, 64])
+def test_the_checks_fail_on_a_kernel_built_with_a_fault(faulty, block_m):
     """The teeth: a library that drops its last tile, or split 1, fails the needle and exact checks."""
     fault, bad = faulty
-    gpu_case, case, cols, ref, splits = _needle_case(bad, 65536, 8, 4, torch.bfloat16, False)
+    gpu_case, case, cols, ref, splits = _needle_case(bad, 65536, 8, 4, torch.bfloat16, False, block_m)
     assert splits > 1, "the case must be split for the one-split fault to bite"
-    got = _run(bad, gpu_case, 4)
+    got = _run(bad, gpu_case, 4, block_m)
     assert kc.check_needles(got, ref, case, cols) is not None, f"{fault}: needle check passed a broken kernel"
     spec = CaseSpec(prefix_lens=[65536], ns=[4], heads=8, seed=3)
     bucket = make_case(spec, "cpu")
     exact = kc.make_bucket_case(bucket)
-    got = _run(bad, {k: (v.cuda() if torch.is_tensor(v) else v) for k, v in bucket.items()}, 4)
+    got = _run(bad, {k: (v.cuda() if torch.is_tensor(v) else v) for k, v in bucket.items()}, 4, block_m)
     assert kc.check_exact(got, exact) is not None, f"{fault}: exact check passed a broken kernel"
 
 

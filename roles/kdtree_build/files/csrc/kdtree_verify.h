@@ -17,6 +17,9 @@ extern "C" {
 #define KDTREE_V_DIM 512
 #define KDTREE_BLOCK_M 64   /* rows (draft token x head) per CTA */
 #define KDTREE_BLOCK_N 16   /* KV tokens per tile */
+/* The small layout, chosen when num_heads * max_extend_len <= KDTREE_BLOCK_M_SMALL (H=8, n=4): */
+#define KDTREE_BLOCK_M_SMALL 32
+#define KDTREE_BLOCK_N_SMALL 32
 #define KDTREE_MIN_SPLIT_TILES 4 /* a split of one request covers at least this many tiles (64 keys) */
 /* A split's fp32 partial output (written, then read by the combine) costs at most 1/KDTREE_PARTIAL_DEN of
    the KV bytes the split reads: see kdtree_verify_min_split_tiles. */
@@ -70,7 +73,8 @@ typedef struct kdtree_verify_args {
   float sm_scale;
   float k_scale;           /* prefix scores q.k are multiplied by it (SGLang's k_descale; 1.0 = none) */
   float v_scale;           /* prefix P.V terms are multiplied by it (SGLang's v_descale; 1.0 = none) */
-  int32_t pad0;
+  int32_t block_m;         /* 0: the library chooses (kdtree_verify_block_m); 64 or 32 to force one
+                              layout (32 only when num_heads * max_extend_len <= 32) */
 } kdtree_verify_args;
 
 int kdtree_verify_abi_version(void);
@@ -82,8 +86,14 @@ int kdtree_verify_prepare(int device);
    kdtree_verify_min_split_tiles tiles of the longest possible request. */
 int kdtree_verify_num_splits(int num_sms, int batch_size, int num_heads, int max_extend_len,
                              int64_t max_kv_len, int kv_dtype);
-/* Fewest key tiles per split: the split's partial output (rows x (512+1) fp32, written and read once)
-   stays <= 1/KDTREE_PARTIAL_DEN of its KV bytes; at least KDTREE_MIN_SPLIT_TILES. */
+/* Rows per CTA the library launches for this shape: KDTREE_BLOCK_M_SMALL when
+   num_heads * max_extend_len <= KDTREE_BLOCK_M_SMALL (and hint is 0 or 32), else KDTREE_BLOCK_M;
+   -1 for a hint it cannot honour. Its key tile is kdtree_verify_block_n(block_m) keys. */
+int kdtree_verify_block_m(int num_heads, int max_extend_len, int hint);
+int kdtree_verify_block_n(int block_m);
+/* Fewest key tiles per split, in KDTREE_BLOCK_N-key tiles (the small layout rounds it up to its
+   own tiles): the split's partial output (rows x (512+1) fp32, written and read once) stays
+   <= 1/KDTREE_PARTIAL_DEN of its KV bytes; at least KDTREE_MIN_SPLIT_TILES. */
 int kdtree_verify_min_split_tiles(int num_heads, int max_extend_len, int kv_dtype);
 /* Workspace bytes for the combine step (0 when num_splits == 1); independent of the token count. */
 int64_t kdtree_verify_workspace_bytes(int batch_size, int num_heads, int max_extend_len, int num_splits);

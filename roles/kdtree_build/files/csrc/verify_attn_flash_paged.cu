@@ -11,20 +11,23 @@
 // Concatenating (a) and (b) gives a "virtual" key sequence j in [0, total), total = prefix_len + n,
 // and the mask byte of (row token t, key j >= prefix_len) is simply mask[mask_indptr[r] + t*total + j].
 //
-// Flash-decoding: grid (m_block, split, request). A CTA owns BLOCK_M = 64 rows (row = t*H + h) and a
-// contiguous range of BLOCK_N = 16 key tiles; every KV tile is read once per (request, split, m_block)
-// and used for all 64 rows through tensor-core mma.sync m16n8k16 (bf16 in, fp32 accumulate).
-// Online softmax in fp32 (base-2 exponentials). With more than one split, each split writes a
-// normalised partial output + log-sum-exp to the workspace and a combine kernel merges them.
-// kv_indices of tile i+2 are loaded (one register, threads 0..15) while tile i is computed and parked
-// in a 3-slot shared-memory ring, so the data gathers of tile i+1 never wait on an index load.
+// Flash-decoding: grid (m_block, split, request). A CTA owns BM rows (row = t*H + h) and a contiguous
+// range of BN-key tiles; every KV tile is read once per (request, split, m_block) and used for all BM
+// rows through tensor-core mma.sync m16n8k16 (bf16 in, fp32 accumulate). Two layouts (Layout<BM>):
+// BM = 64 / BN = 16, and BM = 32 / BN = 32 for H*n <= 32 (H = 8, n = 4: no padding rows, half the
+// MMA work and Q shared-memory reads per key). Online softmax in fp32 (base-2 exponentials). With
+// more than one split, each split writes a normalised partial output + log-sum-exp to the workspace
+// and a combine kernel merges them.
+// kv_indices of tile i+2 are loaded (one register, threads 0..BN-1) while tile i is computed and
+// parked in a 3-slot shared-memory ring, so the data gathers of tile i+1 never wait on an index load.
 //
-// Warp layout (8 warps): rg = warp % 4 owns rows rg*16..rg*16+15, ch = warp / 4 owns
+// Warp layout (8 warps): rg = warp % RG owns rows rg*16..rg*16+15, ch = warp / RG (CG = 8 / RG
+// column groups) owns
 //   - for S = Q K^T: key columns ch*8..ch*8+7 of the tile (one n8 MMA tile, 36 k16 steps in two
 //     independent accumulator chains of 18, summed at the end);
-//   - for O += P V:  output dims ch*256..ch*256+255 (32 n8 MMA tiles, one k16 step = the 16 keys).
-// The two warps of a row group exchange their row maxima (sMax) and their halves of P (sP) through
-// shared memory, so both keep the same running max and rescale identically.
+//   - for O += P V:  output dims ch*DVW..+DVW-1 (DVW = 512 / CG: NT_O n8 MMA tiles, BN/16 k16 steps).
+// The CG warps of a row group exchange their row maxima (sMax) and their columns of P (sP) through
+// shared memory, so all keep the same running max and rescale identically.
 //
 // CUDA-graph safety: no host synchronisation, no allocation; every range is read from the indptr
 // arrays on the device; the grid depends only on host-known maxima (batch, max_extend_len, H, splits).
@@ -55,42 +58,56 @@ namespace kdtree {
 
 constexpr int D = KDTREE_HEAD_DIM;     // 576: K / Q dim
 constexpr int DV = KDTREE_V_DIM;       // 512: V / O dim (V = first 512 dims of the latent)
-constexpr int BM = KDTREE_BLOCK_M;     // 64 rows per CTA
-constexpr int BN = KDTREE_BLOCK_N;     // 16 keys per tile
 constexpr int NWARPS = 8;
 constexpr int NTHREADS = NWARPS * 32;  // 256
 constexpr int SROW = D + 8;            // padded smem row of Q / K tiles, in bf16 elements
-constexpr int SP_ROW = BN + 8;         // padded smem row of P, in bf16 elements
-constexpr int DV_PER_WARP = DV / 2;    // 256 output dims per warp
-constexpr int NT_O = DV_PER_WARP / 8;  // 32 n8 accumulator tiles per warp
 constexpr int Q_CHUNKS_PER_ROW = D / 8;   // 72 x 16 B per bf16 row of 576
 constexpr int V_CHUNKS_PER_ROW = DV / 8;  // 64 x 16 B per bf16 row of 512
+constexpr int IDX_RING = 3;               // kv_indices slots of tiles i, i+1, i+2
 constexpr float LOG2E = 1.4426950408889634f;
 
-static_assert(BM == 4 * 16, "4 row groups of 16 rows (m16 MMA tiles)");
-static_assert(BN == 2 * 8, "2 column halves of one n8 MMA tile each for S, one k16 step for PV");
-static_assert(NWARPS == 8, "warp layout is 4 row groups x 2 halves");
 static_assert(D % 32 == 0, "QK loop consumes 32 dims (two k16 MMA steps) per ldmatrix.x4 of K");
-static_assert(DV == 2 * DV_PER_WARP && DV_PER_WARP % 16 == 0, "PV loop consumes 16 dims per ldmatrix.x4.trans");
 static_assert(DV <= D, "V is a prefix of the latent");
 // ldmatrix: each row address 16-byte aligned; a row stride of 16 mod 128 bytes puts the 8 rows of
 // an 8x8 matrix in 8 distinct 16-byte bank groups (no bank conflicts).
 static_assert((SROW * 2) % 16 == 0 && (SROW * 2) % 128 == 16, "Q/K smem row padding");
-static_assert((SP_ROW * 2) % 16 == 0, "P smem row alignment");
 
-// Shared memory layout (bytes).
-constexpr int SQ_OFF = 0;
-constexpr int SK_OFF = SQ_OFF + BM * SROW * 2;
-constexpr int SP_OFF = SK_OFF + BN * SROW * 2;
-constexpr int SMAX_OFF = SP_OFF + BM * SP_ROW * 2;
-constexpr int SL_OFF = SMAX_OFF + 2 * BM * 4;
-constexpr int IDX_RING = 3;  // kv_indices slots of tiles i, i+1, i+2
-constexpr int SIDX_OFF = SL_OFF + 2 * BM * 4;
-constexpr int SMEM_BYTES = SIDX_OFF + IDX_RING * BN * 8;
-static_assert(SK_OFF % 128 == 0 || SK_OFF % 16 == 0, "K tile 16-byte aligned");
-static_assert(SMAX_OFF % 16 == 0 && SL_OFF % 16 == 0 && SIDX_OFF % 16 == 0, "stats / index arrays aligned");
-// 99 KB is the opt-in per-block limit of sm_120 (and sm_86/89); sm_90 / sm_100 allow 227 KB.
-static_assert(SMEM_BYTES <= 101376, "must fit the sm_120 per-block shared memory limit");
+// The two CTA layouts (8 warps each). Warp w owns row group rg = w % RG (16 rows, one m16 MMA tile)
+// and key-column group cg = w / RG: keys cg*8..cg*8+7 of every BN-key tile for S = Q K^T, and
+// output dims cg*DVW..cg*DVW+DVW-1 for O += P V.
+//   BM = 64: 4 row groups x 2 column groups, BN = 16 keys per tile (KDTREE_BLOCK_M / KDTREE_BLOCK_N);
+//   BM = 32: 2 row groups x 4 column groups, BN = 32 keys per tile (H*n <= 32: EAGLE3 top-k 1 at
+//            H = 8, n = 4), half the MMA rows and half the Q shared-memory reads per key.
+template <int BM_>
+struct Layout {
+  static constexpr int BM = BM_;
+  static constexpr int RG = BM / 16;
+  static constexpr int CG = NWARPS / RG;
+  static constexpr int BN = 8 * CG;
+  static constexpr int DVW = DV / CG;      // output dims per warp
+  static constexpr int NT_O = DVW / 8;     // n8 accumulator tiles per warp
+  static constexpr int SP_ROW = BN + 8;    // padded smem row of P, in bf16 elements
+  // Shared memory layout (bytes).
+  static constexpr int SQ_OFF = 0;
+  static constexpr int SK_OFF = SQ_OFF + BM * SROW * 2;
+  static constexpr int SP_OFF = SK_OFF + BN * SROW * 2;
+  static constexpr int SMAX_OFF = SP_OFF + BM * SP_ROW * 2;
+  static constexpr int SL_OFF = SMAX_OFF + CG * BM * 4;
+  static constexpr int SIDX_OFF = SL_OFF + CG * BM * 4;
+  static constexpr int SMEM_BYTES = SIDX_OFF + IDX_RING * BN * 8;
+  static_assert(BM % 16 == 0 && NWARPS % RG == 0, "row groups of 16 rows");
+  static_assert(BN % 16 == 0, "PV loop consumes 16 keys per k16 step");
+  static_assert(DV == CG * DVW && DVW % 16 == 0, "PV loop consumes 16 dims per ldmatrix.x4.trans");
+  static_assert((SP_ROW * 2) % 16 == 0, "P smem row alignment");
+  static_assert(SK_OFF % 16 == 0 && SP_OFF % 16 == 0, "K and P tiles 16-byte aligned");
+  static_assert(SMAX_OFF % 16 == 0 && SL_OFF % 16 == 0 && SIDX_OFF % 16 == 0, "stats / index arrays aligned");
+  // 99 KB is the opt-in per-block limit of sm_120 (and sm_86/89); sm_90 / sm_100 allow 227 KB.
+  static_assert(SMEM_BYTES <= 101376, "must fit the sm_120 per-block shared memory limit");
+};
+using Layout64 = Layout<KDTREE_BLOCK_M>;
+using Layout32 = Layout<KDTREE_BLOCK_M_SMALL>;
+static_assert(Layout64::BN == KDTREE_BLOCK_N, "the header's BLOCK_N is the 64-row layout's tile");
+static_assert(Layout32::BN == KDTREE_BLOCK_N_SMALL, "the header's BLOCK_N_SMALL is the 32-row layout's tile");
 
 // ---------------------------------------------------------------------------------------------
 // Small device helpers.
@@ -160,10 +177,10 @@ struct KvFp8 {
   static constexpr int ELEM_BYTES = 1;
 };
 
-template <class Kv>
+template <class Kv, int BN>
 struct TileLoader {
   static constexpr int CHUNKS_PER_ROW = D / Kv::ELEMS_PER_CHUNK;       // 72 (bf16) or 36 (fp8)
-  static constexpr int CHUNKS = BN * CHUNKS_PER_ROW;                  // 1152 or 576
+  static constexpr int CHUNKS = BN * CHUNKS_PER_ROW;                  // BN=16: 1152 or 576
   static constexpr int ITERS = (CHUNKS + NTHREADS - 1) / NTHREADS;    // 5 or 3
   static_assert(D % Kv::ELEMS_PER_CHUNK == 0, "row is a whole number of 16-byte chunks");
 
@@ -214,7 +231,7 @@ struct TileLoader {
 
 // Copy draft rows (virtual keys j in [prefix_len, total) of the tile at j0) of a bf16 [T, 1, width]
 // tensor into sK[:, 0:width]. Only tiles that contain draft keys call this.
-template <int CHUNKS_PER_ROW>
+template <int CHUNKS_PER_ROW, int BN>
 __device__ __forceinline__ void copy_draft_rows(__nv_bfloat16* sK, const void* src, int64_t stride_t, int64_t qo0,
                                                 int j0, int prefix_len, int total, int num_tokens) {
   const __nv_bfloat16* base = static_cast<const __nv_bfloat16*>(src);
@@ -233,8 +250,13 @@ __device__ __forceinline__ void copy_draft_rows(__nv_bfloat16* sK, const void* s
 // ---------------------------------------------------------------------------------------------
 // Main kernel: one CTA = (m_block, split, request).
 
-template <class Kv>
+template <class Kv, int BM_>
 __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_verify_args a, int min_split_tiles) {
+  using L = Layout<BM_>;
+  constexpr int BM = L::BM, BN = L::BN, RG = L::RG, CG = L::CG, NT_O = L::NT_O, SP_ROW = L::SP_ROW;
+  constexpr int DV_PER_WARP = L::DVW;
+  constexpr int SQ_OFF = L::SQ_OFF, SK_OFF = L::SK_OFF, SP_OFF = L::SP_OFF, SMAX_OFF = L::SMAX_OFF;
+  constexpr int SL_OFF = L::SL_OFF, SIDX_OFF = L::SIDX_OFF;
   extern __shared__ __align__(128) unsigned char smem[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem + SQ_OFF);
   __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem + SK_OFF);
@@ -249,8 +271,8 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
   const int lane = tid & 31;
-  const int rg = warp & 3;   // row group: rows rg*16 .. rg*16+15 of the CTA
-  const int ch = warp >> 2;  // column half
+  const int rg = warp % RG;  // row group: rows rg*16 .. rg*16+15 of the CTA
+  const int ch = warp / RG;  // key-column group (keys ch*8.. of a tile; output dims ch*DV_PER_WARP..)
   const int g = lane >> 2;   // MMA fragment row within 8
   const int qd = lane & 3;   // MMA fragment column pair
 
@@ -271,7 +293,8 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
   // host sizes num_splits for the longest possible request, and a short one would otherwise be cut
   // into short splits whose fp32 partial outputs cost more traffic than their KV.
   // The splits past the request's end are empty and only write lse = -inf.
-  const int per_split = max((n_tiles + a.num_splits - 1) / a.num_splits, min_split_tiles);
+  const int min_tiles = (min_split_tiles * KDTREE_BLOCK_N + BN - 1) / BN;  // 16-key tiles -> BN-key tiles
+  const int per_split = max((n_tiles + a.num_splits - 1) / a.num_splits, min_tiles);
   const int t_begin = split * per_split;
 #if KDTREE_FAULT == 1
   const int t_end = min(n_tiles - 1, t_begin + per_split);  // FAULT: the request's last tile is lost
@@ -330,7 +353,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
   }
   __syncthreads();
 
-  TileLoader<Kv> loader;
+  TileLoader<Kv, BN> loader;
   loader.fetch(a, sIdx, t_begin * BN, prefix_len);
 
   float o[NT_O][4];
@@ -357,7 +380,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
     __syncthreads();  // (A) every warp finished reading sK, sP, sMax of the previous tile; ring slot visible
     loader.store(sK, j0, prefix_len, total);
     if (has_draft)
-      copy_draft_rows<Q_CHUNKS_PER_ROW>(sK, a.k_extend, a.k_extend_stride_t, qo0, j0, prefix_len, total,
+      copy_draft_rows<Q_CHUNKS_PER_ROW, BN>(sK, a.k_extend, a.k_extend_stride_t, qo0, j0, prefix_len, total,
                                         a.num_tokens);
     if (tile + 1 < t_end)  // in flight during compute; its indices were parked one tile ago
       loader.fetch(a, sIdx + ((ring + 1) % IDX_RING) * BN, j0 + BN, prefix_len);
@@ -406,13 +429,16 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
     __syncthreads();  // (C) all QK reads of sK done; the other half's maxima are visible
 
     if (has_draft)  // V of draft keys comes from v_extend: overwrite dims 0..511 of those rows
-      copy_draft_rows<V_CHUNKS_PER_ROW>(sK, a.v_extend, a.v_extend_stride_t, qo0, j0, prefix_len, total,
+      copy_draft_rows<V_CHUNKS_PER_ROW, BN>(sK, a.v_extend, a.v_extend_stride_t, qo0, j0, prefix_len, total,
                                         a.num_tokens);
 
     float alpha[2], p[4];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const float m_new = fmaxf(m_run[i], fmaxf(mx[i], sMax[(1 - ch) * BM + lr[i]]));
+      float m_tile = mx[i];
+#pragma unroll
+      for (int c = 0; c < CG; ++c) m_tile = fmaxf(m_tile, sMax[c * BM + lr[i]]);  // all column groups
+      const float m_new = fmaxf(m_run[i], m_tile);
       // m_new == -inf: nothing visible so far; keep everything at zero (avoids inf - inf).
       alpha[i] = (m_new == -INFINITY) ? 1.f : exp2f(m_run[i] - m_new);
       p[2 * i] = (m_new == -INFINITY) ? 0.f : exp2f(s[2 * i] - m_new);
@@ -435,13 +461,17 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
     *reinterpret_cast<uint32_t*>(sP + lr[1] * SP_ROW + ch * 8 + 2 * qd) = pack_bf16x2(p[2] * w0, p[3] * w1);
     __syncthreads();  // (D) P (both halves) and the draft V rows are in smem
 
-    // ---- O += P V: rows rg*16.., dims ch*256.. ----
-    {
+    // ---- O += P V: rows rg*16.., dims ch*DV_PER_WARP.., BN / 16 k16 steps over the tile's keys ----
+    // Not unrolled: with BN = 32 two unrolled k-steps hoist 2 x 16 V fragments and the bf16 kernel of
+    // the 32-row layout spills (255 registers); one step at a time it has 0 spills.
+#pragma unroll 1
+    for (int ks = 0; ks < BN / 16; ++ks) {
       uint32_t pa[4];
-      ldmatrix_x4(pa, sP + (rg * 16 + (lane & 15)) * SP_ROW + (lane >> 4) * 8);
-      // ldmatrix.trans matrix i = lane/8: keys (i&1)*8.., dims base + (i>>1)*8.. ->
+      ldmatrix_x4(pa, sP + (rg * 16 + (lane & 15)) * SP_ROW + ks * 16 + (lane >> 4) * 8);
+      // ldmatrix.trans matrix i = lane/8: keys ks*16 + (i&1)*8.., dims base + (i>>1)*8.. ->
       // regs {b0,b1} of n-tile base and {b0,b1} of n-tile base+8.
-      const __nv_bfloat16* vb = sK + (((lane >> 3) & 1) * 8 + (lane & 7)) * SROW + ch * DV_PER_WARP + (lane >> 4) * 8;
+      const __nv_bfloat16* vb =
+          sK + (ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * SROW + ch * DV_PER_WARP + (lane >> 4) * 8;
 #pragma unroll
       for (int np = 0; np < NT_O / 2; ++np) {
         uint32_t b[4];
@@ -454,7 +484,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
     if (tid < BN) sIdx[((ring + 2) % IDX_RING) * BN + tid] = next_slot;
   }
 
-  // ---- row sums across the quad and the two halves ----
+  // ---- row sums across the quad and the column groups ----
   float l_tot[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) l_tot[i] = quad_sum(l_run[i]);
@@ -464,7 +494,11 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
   }
   __syncthreads();
 #pragma unroll
-  for (int i = 0; i < 2; ++i) l_tot[i] += sL[(1 - ch) * BM + lr[i]];
+  for (int i = 0; i < 2; ++i) {
+    l_tot[i] = 0.f;
+#pragma unroll
+    for (int c = 0; c < CG; ++c) l_tot[i] += sL[c * BM + lr[i]];
+  }
 
   // ---- epilogue ----
 #pragma unroll
@@ -497,6 +531,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
 constexpr int COMBINE_THREADS = DV / 4;
 static_assert(COMBINE_THREADS == 128, "combine: 4 dims per thread");
 
+template <int BM>
 __global__ void __launch_bounds__(COMBINE_THREADS) combine_kernel(const kdtree_verify_args a) {
   const int H = a.num_heads;
   const int m_blocks = gridDim.x / BM;
@@ -553,32 +588,51 @@ KDTREE_EXPORT int kdtree_verify_abi_version(void) { return KDTREE_VERIFY_ABI_VER
 KDTREE_EXPORT const char* kdtree_verify_build_info(void) {
   return "archs=" KDTREE_ARCHS " nvcc=" KDTREE_STR(__CUDACC_VER_MAJOR__) "." KDTREE_STR(
       __CUDACC_VER_MINOR__) " abi=" KDTREE_STR(KDTREE_VERIFY_ABI_VERSION) " block_m=" KDTREE_STR(KDTREE_BLOCK_M)
-      " block_n=" KDTREE_STR(KDTREE_BLOCK_N) " fault=" KDTREE_STR(KDTREE_FAULT);
+      " block_n=" KDTREE_STR(KDTREE_BLOCK_N) " block_m_small=" KDTREE_STR(KDTREE_BLOCK_M_SMALL) " fault=" KDTREE_STR(KDTREE_FAULT);
 }
 
 KDTREE_EXPORT int kdtree_verify_prepare(int device) {
+  using kdtree::KvBf16;
+  using kdtree::KvFp8;
+  using kdtree::Layout32;
+  using kdtree::Layout64;
   int optin = 0;
   if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
     cudaGetLastError();
     return KDTREE_ERR_LAUNCH;
   }
-  if (optin < kdtree::SMEM_BYTES) return KDTREE_ERR_SMEM;
-  if (cudaFuncSetAttribute(kdtree::verify_attn_kernel<kdtree::KvBf16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           kdtree::SMEM_BYTES) != cudaSuccess ||
-      cudaFuncSetAttribute(kdtree::verify_attn_kernel<kdtree::KvFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           kdtree::SMEM_BYTES) != cudaSuccess) {
+  if (optin < Layout64::SMEM_BYTES || optin < Layout32::SMEM_BYTES) return KDTREE_ERR_SMEM;
+  const auto attr = cudaFuncAttributeMaxDynamicSharedMemorySize;
+  if (cudaFuncSetAttribute(kdtree::verify_attn_kernel<KvBf16, Layout64::BM>, attr, Layout64::SMEM_BYTES) != cudaSuccess ||
+      cudaFuncSetAttribute(kdtree::verify_attn_kernel<KvFp8, Layout64::BM>, attr, Layout64::SMEM_BYTES) != cudaSuccess ||
+      cudaFuncSetAttribute(kdtree::verify_attn_kernel<KvBf16, Layout32::BM>, attr, Layout32::SMEM_BYTES) != cudaSuccess ||
+      cudaFuncSetAttribute(kdtree::verify_attn_kernel<KvFp8, Layout32::BM>, attr, Layout32::SMEM_BYTES) != cudaSuccess) {
     cudaGetLastError();
     return KDTREE_ERR_LAUNCH;
   }
   // With lazy module loading (the default) a kernel is loaded at its first launch. The combine
-  // kernel runs only when a call splits the prefix, which may first happen inside a CUDA-graph
-  // capture; querying its attributes here loads it now, outside any capture.
+  // kernels run only when a call splits the prefix, which may first happen inside a CUDA-graph
+  // capture; querying their attributes here loads them now, outside any capture.
   cudaFuncAttributes combine_attr;
-  if (cudaFuncGetAttributes(&combine_attr, kdtree::combine_kernel) != cudaSuccess) {
+  if (cudaFuncGetAttributes(&combine_attr, kdtree::combine_kernel<Layout64::BM>) != cudaSuccess ||
+      cudaFuncGetAttributes(&combine_attr, kdtree::combine_kernel<Layout32::BM>) != cudaSuccess) {
     cudaGetLastError();
     return KDTREE_ERR_LAUNCH;
   }
   return KDTREE_OK;
+}
+
+KDTREE_EXPORT int kdtree_verify_block_m(int num_heads, int max_extend_len, int hint) {
+  const int64_t rows = static_cast<int64_t>(num_heads > 0 ? num_heads : 1) * (max_extend_len > 0 ? max_extend_len : 1);
+  const bool small_fits = rows <= KDTREE_BLOCK_M_SMALL;
+  if (hint == 0) return small_fits ? KDTREE_BLOCK_M_SMALL : KDTREE_BLOCK_M;
+  if (hint == KDTREE_BLOCK_M) return KDTREE_BLOCK_M;
+  if (hint == KDTREE_BLOCK_M_SMALL && small_fits) return KDTREE_BLOCK_M_SMALL;
+  return -1;
+}
+
+KDTREE_EXPORT int kdtree_verify_block_n(int block_m) {
+  return block_m == KDTREE_BLOCK_M_SMALL ? KDTREE_BLOCK_N_SMALL : block_m == KDTREE_BLOCK_M ? KDTREE_BLOCK_N : -1;
 }
 
 static int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -656,19 +710,34 @@ KDTREE_EXPORT int kdtree_verify_run(const kdtree_verify_args* a, void* stream) {
         kdtree_verify_workspace_bytes(a->batch_size, a->num_heads, a->max_extend_len, a->num_splits);
     if (a->workspace == nullptr || a->workspace_bytes < need) return KDTREE_ERR_WORKSPACE;
   }
-  const int64_t m_blocks = m_blocks_of(a->num_heads, a->max_extend_len);
-  if (m_blocks * KDTREE_BLOCK_M > 0x7fffffff) return KDTREE_ERR_ARG;
+  const int bm = kdtree_verify_block_m(a->num_heads, a->max_extend_len, a->block_m);
+  if (bm < 0) return KDTREE_ERR_ARG;
+  // With bm = 32 (only when H * max_extend_len <= 32) there is one m-block, as with 64: the split
+  // count and the workspace bound computed for 64-row blocks hold.
+  const int64_t m_blocks = ceil_div64(static_cast<int64_t>(a->max_extend_len) * a->num_heads, bm);
+  if (m_blocks * bm > 0x7fffffff) return KDTREE_ERR_ARG;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(a->num_splits),
                   static_cast<unsigned>(a->batch_size));
   const int min_tiles = kdtree_verify_min_split_tiles(a->num_heads, a->max_extend_len, a->kv_dtype);
-  if (a->kv_dtype == KDTREE_KV_BF16)
-    kdtree::verify_attn_kernel<kdtree::KvBf16><<<grid, kdtree::NTHREADS, kdtree::SMEM_BYTES, s>>>(*a, min_tiles);
+  constexpr int T = kdtree::NTHREADS;
+  constexpr int M64 = kdtree::Layout64::BM, M32 = kdtree::Layout32::BM;
+  constexpr int S64 = kdtree::Layout64::SMEM_BYTES, S32 = kdtree::Layout32::SMEM_BYTES;
+  const bool bf16 = a->kv_dtype == KDTREE_KV_BF16;
+  if (bm == M64 && bf16)
+    kdtree::verify_attn_kernel<kdtree::KvBf16, M64><<<grid, T, S64, s>>>(*a, min_tiles);
+  else if (bm == M64)
+    kdtree::verify_attn_kernel<kdtree::KvFp8, M64><<<grid, T, S64, s>>>(*a, min_tiles);
+  else if (bf16)
+    kdtree::verify_attn_kernel<kdtree::KvBf16, M32><<<grid, T, S32, s>>>(*a, min_tiles);
   else
-    kdtree::verify_attn_kernel<kdtree::KvFp8><<<grid, kdtree::NTHREADS, kdtree::SMEM_BYTES, s>>>(*a, min_tiles);
+    kdtree::verify_attn_kernel<kdtree::KvFp8, M32><<<grid, T, S32, s>>>(*a, min_tiles);
   if (a->num_splits > 1) {
-    const dim3 cgrid(static_cast<unsigned>(m_blocks * KDTREE_BLOCK_M), static_cast<unsigned>(a->batch_size));
-    kdtree::combine_kernel<<<cgrid, kdtree::COMBINE_THREADS, 0, s>>>(*a);
+    const dim3 cgrid(static_cast<unsigned>(m_blocks * bm), static_cast<unsigned>(a->batch_size));
+    if (bm == M64)
+      kdtree::combine_kernel<M64><<<cgrid, kdtree::COMBINE_THREADS, 0, s>>>(*a);
+    else
+      kdtree::combine_kernel<M32><<<cgrid, kdtree::COMBINE_THREADS, 0, s>>>(*a);
   }
   return cudaGetLastError() == cudaSuccess ? KDTREE_OK : KDTREE_ERR_LAUNCH;
 }

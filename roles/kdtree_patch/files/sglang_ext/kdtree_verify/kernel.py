@@ -87,7 +87,7 @@ class _Args(ctypes.Structure):
         ("sm_scale", ctypes.c_float),
         ("k_scale", ctypes.c_float),
         ("v_scale", ctypes.c_float),
-        ("pad0", ctypes.c_int32),
+        ("block_m", ctypes.c_int32),
     ]
 
 
@@ -245,6 +245,7 @@ class VerifyKernel:
         sm_scale: float,
         k_scale: float = 1.0,
         v_scale: float = 1.0,
+        block_m: int = 0,
         out,
     ) -> None:
         """Enqueue one verify attention on torch's current stream (no sync, no allocation).
@@ -254,6 +255,8 @@ class VerifyKernel:
         int32/int64 [>=B+1]; kv_indices int32/int64 [>=kv_indptr[B]]; custom_mask bool/uint8 flat, or
         None for causal draft blocks (then mask_indptr may be None too); out bf16 [T, H, HEAD_DIM_V].
         k_scale / v_scale multiply the prefix scores / prefix P.V terms, as SGLang's k/v_descale.
+        block_m 0 lets the library pick its CTA layout (32 rows when H * max_extend_len <= 32, else 64);
+        32 or 64 force one (tests compare the two).
         """
         torch = self._torch
         validate_args(
@@ -327,7 +330,7 @@ class VerifyKernel:
             sm_scale=float(sm_scale),
             k_scale=float(k_scale),
             v_scale=float(v_scale),
-            pad0=0,
+            block_m=int(block_m),
         )
         stream = torch.cuda.current_stream(dev).cuda_stream
         with torch.cuda.device(index):
