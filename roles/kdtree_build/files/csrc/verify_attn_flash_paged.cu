@@ -360,7 +360,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
 #pragma unroll
   for (int nt = 0; nt < NT_O; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY};
-  float l_run[2] = {0.f, 0.f};  // this thread's partial row sums (2 of the 16 keys per tile)
+  float l_run[2] = {0.f, 0.f};  // this thread's partial row sums (its 2 of the BN keys of each tile)
   const float scale2 = a.sm_scale * LOG2E;
   const float scale2k = scale2 * a.k_scale;  // prefix keys: SGLang's qk *= sm_scale * k_scale
   const float v_scale = a.v_scale;           // prefix values: SGLang's acc += (P V) * v_scale
@@ -426,7 +426,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
       sMax[ch * BM + lr[0]] = mx[0];
       sMax[ch * BM + lr[1]] = mx[1];
     }
-    __syncthreads();  // (C) all QK reads of sK done; the other half's maxima are visible
+    __syncthreads();  // (C) all QK reads of sK done; every column group's maxima are visible
 
     if (has_draft)  // V of draft keys comes from v_extend: overwrite dims 0..511 of those rows
       copy_draft_rows<V_CHUNKS_PER_ROW, BN>(sK, a.v_extend, a.v_extend_stride_t, qo0, j0, prefix_len, total,
@@ -459,7 +459,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
     const float w1 = jp + 1 < prefix_len ? v_scale : 1.f;
     *reinterpret_cast<uint32_t*>(sP + lr[0] * SP_ROW + ch * 8 + 2 * qd) = pack_bf16x2(p[0] * w0, p[1] * w1);
     *reinterpret_cast<uint32_t*>(sP + lr[1] * SP_ROW + ch * 8 + 2 * qd) = pack_bf16x2(p[2] * w0, p[3] * w1);
-    __syncthreads();  // (D) P (both halves) and the draft V rows are in smem
+    __syncthreads();  // (D) P (all column groups) and the draft V rows are in smem
 
     // ---- O += P V: rows rg*16.., dims ch*DV_PER_WARP.., BN / 16 k16 steps over the tile's keys ----
     // Not unrolled: with BN = 32 two unrolled k-steps hoist 2 x 16 V fragments and the bf16 kernel of
