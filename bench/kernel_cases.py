@@ -4,6 +4,8 @@ One request r has `prefix_lens[r]` committed tokens in scattered pool slots (`kv
 permutation, never contiguous) and `ns[r]` draft tokens whose visibility follows a random tree: a
 draft token sees itself and its ancestors. The mask block of a request is `[n, prefix+n]` bytes,
 prefix part all ones (as SGLang builds it; the kernel must ignore it), flattened and concatenated.
+With `causal=True` there is no mask (`custom_mask=None`, as DFlash's target verify): draft token t
+sees draft tokens c <= t; mask_indptr is still passed, as SGLang's graph metadata does.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ class CaseSpec:
     index_dtype: torch.dtype = torch.int64
     qo_dtype: torch.dtype = torch.int32
     mask_dtype: torch.dtype = torch.bool
-    kv_scale: float = 1.0
+    k_scale: float = 1.0  # SGLang's k_descale: the fp8 cache holds K / k_scale
+    v_scale: float | None = None  # SGLang's v_descale; None: the same as k_scale
+    causal: bool = False
     seed: int = 0
     pool_slack: int = 7  # unused pool slots, so kv_indices never covers the pool exactly
 
@@ -51,7 +55,7 @@ def make_case(spec: CaseSpec, device: str | torch.device) -> dict[str, Any]:
     v_extend = torch.randn((total_tokens, 1, HEAD_DIM_V), generator=gen).to(torch.bfloat16)
     kv = torch.randn((pool, 1, HEAD_DIM_QK), generator=gen)
     if spec.kv_dtype == torch.float8_e4m3fn:
-        kv_buffer = (kv / spec.kv_scale).to(torch.float8_e4m3fn)
+        kv_buffer = (kv / spec.k_scale).to(torch.float8_e4m3fn)
     else:
         kv_buffer = kv.to(spec.kv_dtype)
     slots = torch.randperm(pool, generator=gen)[:total_prefix]
@@ -66,11 +70,11 @@ def make_case(spec: CaseSpec, device: str | torch.device) -> dict[str, Any]:
         kvp.append(kvp[-1] + p)
         mp.append(mp[-1] + n * (p + n))
         block = torch.ones((n, p + n), dtype=torch.bool)
-        if n:
+        if n and not spec.causal:
             block[:, p:] = random_tree_mask(n, gen)
         masks.append(block.reshape(-1))
     custom_mask = torch.cat(masks) if masks else torch.zeros(0, dtype=torch.bool)
-    custom_mask = custom_mask.to(spec.mask_dtype)
+    custom_mask = None if spec.causal else custom_mask.to(spec.mask_dtype)
     args = {
         "q": q,
         "k_extend": k_extend,
@@ -83,7 +87,8 @@ def make_case(spec: CaseSpec, device: str | torch.device) -> dict[str, Any]:
         "mask_indptr": torch.tensor(mp, dtype=spec.index_dtype),
         "batch_size": batch,
         "sm_scale": HEAD_DIM_QK**-0.5,
-        "kv_scale": spec.kv_scale,
+        "k_scale": spec.k_scale,
+        "v_scale": spec.k_scale if spec.v_scale is None else spec.v_scale,
     }
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
 

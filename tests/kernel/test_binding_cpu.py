@@ -29,7 +29,7 @@ def good():
 
 
 def _validate(args):
-    kw = {k: v for k, v in args.items() if k not in ("sm_scale", "kv_scale")}
+    kw = {k: v for k, v in args.items() if k not in ("sm_scale", "k_scale", "v_scale")}
     kernel.validate_args(torch, **kw)
 
 
@@ -48,6 +48,7 @@ def test_load_rejects_a_library_missing_any_launch_symbol(tmp_path):
         "int kdtree_verify_run(void) { return 0; }\n"
         "int kdtree_verify_prepare(void) { return 0; }\n"
         "int kdtree_verify_num_splits(void) { return 1; }\n"
+        "int kdtree_verify_min_split_tiles(void) { return 4; }\n"
         "long kdtree_verify_workspace_bytes(void) { return 0; }\n"
     )
     lib = tmp_path / "libfake.so"
@@ -140,33 +141,61 @@ def lib(vk):
     return vk.lib
 
 
+BF16, FP8 = kernel.KV_BF16, kernel.KV_FP8_E4M3
+
+
 def test_num_splits_is_one_when_the_batch_fills_the_gpu(lib):
-    assert lib.kdtree_verify_num_splits(132, 32, 8, 64, 1 << 22) == 1
+    assert lib.kdtree_verify_num_splits(132, 32, 8, 64, 1 << 22, BF16) == 1
+    assert lib.kdtree_verify_num_splits(132, 132, 8, 4, 1 << 22, BF16) == 1
 
 
-def test_num_splits_spreads_one_long_request_over_the_sms_up_to_the_cap(lib):
-    assert lib.kdtree_verify_num_splits(132, 1, 8, 8, 1 << 20) == 132
-    assert lib.kdtree_verify_num_splits(132, 2, 8, 8, 1 << 20) == 66
-    assert lib.kdtree_verify_num_splits(400, 1, 8, 8, 1 << 20) == 256
+def test_num_splits_fills_at_most_one_whole_wave(lib):
+    # floor(SMs / CTAs), never ceil: batch 8 on 132 SMs is 16 splits = 128 CTAs, not 17 = 136 (2 waves).
+    assert lib.kdtree_verify_num_splits(132, 1, 8, 8, 1 << 20, BF16) == 132
+    assert lib.kdtree_verify_num_splits(132, 2, 8, 8, 1 << 20, BF16) == 66
+    assert lib.kdtree_verify_num_splits(132, 8, 8, 4, 1 << 20, BF16) == 16
+    assert lib.kdtree_verify_num_splits(188, 8, 8, 4, 1 << 20, BF16) == 23
+    assert lib.kdtree_verify_num_splits(132, 100, 8, 4, 1 << 20, BF16) == 1
+    assert lib.kdtree_verify_num_splits(400, 1, 8, 8, 1 << 22, BF16) == 256
+    for sms in (46, 132, 148, 188):
+        for batch in range(1, 2 * sms):
+            for heads, n in ((8, 4), (16, 4), (128, 4), (64, 1)):
+                splits = lib.kdtree_verify_num_splits(sms, batch, heads, n, 1 << 24, BF16)
+                ctas = batch * -(-heads * n // 64)
+                assert splits == 1 or splits * ctas <= sms, (sms, batch, heads, n, splits)
 
 
-def test_num_splits_keeps_at_least_64_keys_per_split(lib):
-    # 100 prefix + 8 draft keys at most: ceil(108 / 64) = 2 splits, whatever the SM count.
-    assert lib.kdtree_verify_num_splits(132, 1, 8, 8, 100) == 2
-    assert lib.kdtree_verify_num_splits(132, 1, 8, 8, 0) == 1
+def test_min_split_tiles_keeps_the_partials_a_quarter_of_the_kv_bytes(lib):
+    for heads, n, dtype, elem_bytes in ((8, 4, BF16, 2), (16, 4, BF16, 2), (8, 4, FP8, 1), (128, 1, FP8, 1)):
+        tiles = lib.kdtree_verify_min_split_tiles(heads, n, dtype)
+        rows = min(64, heads * n)
+        key_bytes = HEAD_DIM_QK * elem_bytes
+        partial = 2 * rows * (HEAD_DIM_V + 1) * 4  # fp32 O + lse, written and read back
+        assert partial <= tiles * 16 * key_bytes / 4 < partial + 16 * key_bytes, (heads, n, tiles)
+    assert lib.kdtree_verify_min_split_tiles(8, 4, BF16) == 29
+    assert lib.kdtree_verify_min_split_tiles(16, 4, BF16) == 57  # 912 keys
+    assert lib.kdtree_verify_min_split_tiles(1, 1, BF16) == 4  # at least KDTREE_MIN_SPLIT_TILES
+
+
+def test_num_splits_keeps_the_minimum_split_size(lib):
+    # H=8, n=4: 29 tiles = 464 keys per split at least; 1000 + 4 keys at most -> 3 splits.
+    assert lib.kdtree_verify_num_splits(132, 1, 8, 4, 1000, BF16) == 3
+    assert lib.kdtree_verify_num_splits(132, 1, 8, 4, 1000, FP8) == 2
+    assert lib.kdtree_verify_num_splits(132, 1, 8, 8, 0, BF16) == 1
 
 
 def test_workspace_never_exceeds_the_per_gpu_bound(lib):
     for num_sms in (1, 46, 132, 148, 188):
         bound = lib.kdtree_verify_max_workspace_bytes(num_sms)
         for batch in (1, 2, 3, 5, 8, 17, 32, 64, 160):
-            for heads in (8, 16, 128):
+            for heads in (8, 16, 64, 128):
                 for n in (1, 4, 8, 16, 64):
                     for kv_len in (0, 1, 17, 4096, 1 << 17, 1 << 24):
-                        splits = lib.kdtree_verify_num_splits(num_sms, batch, heads, n, kv_len)
-                        assert 1 <= splits <= 256
-                        need = lib.kdtree_verify_workspace_bytes(batch, heads, n, splits)
-                        assert need <= bound, (num_sms, batch, heads, n, kv_len, splits)
+                        for dtype in (BF16, FP8):
+                            splits = lib.kdtree_verify_num_splits(num_sms, batch, heads, n, kv_len, dtype)
+                            assert 1 <= splits <= 256
+                            need = lib.kdtree_verify_workspace_bytes(batch, heads, n, splits)
+                            assert need <= bound, (num_sms, batch, heads, n, kv_len, splits)
 
 
 def test_workspace_is_zero_without_splits(lib):
@@ -183,7 +212,8 @@ def _args(**overrides) -> kernel._Args:
         "num_tokens": 4,
         "num_splits": 1,
         "sm_scale": 0.04,
-        "kv_scale": 1.0,
+        "k_scale": 1.0,
+        "v_scale": 1.0,
     }
     for name in ("q", "k_extend", "v_extend", "kv_buffer", "qo_indptr", "kv_indptr", "kv_indices"):
         fields[name] = 4096
@@ -212,6 +242,48 @@ def test_run_rejects_bad_sizes_and_dtypes(lib):
 def test_run_rejects_null_pointers(lib):
     assert _run(lib, _args(kv_indices=None)) == 1
     assert _run(lib, _args(out=None)) == 1
+    assert _run(lib, _args(custom_mask=None)) == 1  # a tree mask needs its bytes
+    assert _run(lib, _args(mask_indptr=None)) == 1
+
+
+def test_run_rejects_an_unknown_mask_mode(lib):
+    assert _run(lib, _args(mask_mode=2)) == 1
+
+
+def test_the_32_row_layout_serves_h_times_n_up_to_32_only(lib):
+    assert lib.kdtree_verify_block_m(8, 4, 0) == 32  # EAGLE3 top-k 1 at TP8: the production shape
+    assert lib.kdtree_verify_block_m(16, 2, 0) == 32 and lib.kdtree_verify_block_m(32, 1, 0) == 32
+    assert lib.kdtree_verify_block_m(16, 4, 0) == 64 and lib.kdtree_verify_block_m(64, 1, 0) == 64
+    assert lib.kdtree_verify_block_m(8, 4, 64) == 64  # forced
+    assert lib.kdtree_verify_block_m(16, 4, 32) == -1 and lib.kdtree_verify_block_m(8, 4, 48) == -1
+    assert (lib.kdtree_verify_block_n(32), lib.kdtree_verify_block_n(64), lib.kdtree_verify_block_n(48)) == (
+        32,
+        16,
+        -1,
+    )
+
+
+def test_run_rejects_a_layout_it_cannot_honour(lib):
+    assert _run(lib, _args(block_m=48)) == 1
+    assert _run(lib, _args(block_m=32, num_heads=16)) == 1  # 16 x 4 rows do not fit 32
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_every_layout_hint_it_can_honour_gets_past_the_argument_checks(lib):
+    for hint in (0, 32, 64):
+        assert _run(lib, _args(block_m=hint)) == 3  # launch error: no GPU here, but not 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_a_causal_call_needs_no_mask_pointers(lib):
+    # Past argument checks (3 = launch error, there is no GPU here), not 1 = bad argument.
+    assert _run(lib, _args(mask_mode=kernel.MASK_CAUSAL, custom_mask=None, mask_indptr=None)) == 3
+
+
+def test_validate_accepts_a_causal_call_without_mask_tensors(good):
+    _validate({**good, "custom_mask": None, "mask_indptr": None})
+    with pytest.raises(ValueError, match="mask_indptr is required"):
+        _validate({**good, "mask_indptr": None})
 
 
 def test_run_rejects_a_too_small_workspace(lib):

@@ -199,7 +199,7 @@ def test_target_verify_on_the_target_model_runs_the_kernel_after_the_original_kv
     assert args["out"].shape == (T, H * HEAD_DIM_V) and out is args["out"]
     assert args["kv_buffer"] is backend.token_to_kv_pool.buffer
     assert args["batch_size"] == 2 and args["max_extend_len"] == 4
-    assert args["sm_scale"] == 0.1 and args["kv_scale"] == 1.0
+    assert args["sm_scale"] == 0.1 and args["k_scale"] == 1.0 and args["v_scale"] == 1.0
     ((layer_id, loc, k, v, scales),) = backend.token_to_kv_pool.writes
     assert (
         layer_id == 3
@@ -217,13 +217,34 @@ def test_save_kv_cache_false_writes_nothing(active):
     assert backend.token_to_kv_pool.writes == [] and len(active.kernel.calls) == 1
 
 
-def test_fp8_kv_cache_divides_k_by_the_scale_like_the_original_and_passes_kv_scale(active):
+def test_fp8_kv_cache_divides_k_by_the_scale_like_the_original_and_passes_both_scales(active):
     backend = make_backend(kv_dtype="torch.float8_e4m3fn")
-    layer = mla_layer(k_scale="K_SCALE", v_scale="V_SCALE", k_scale_float=0.5, v_scale_float=0.5)
+    layer = mla_layer(k_scale="K_SCALE", v_scale="V_SCALE", k_scale_float=0.5, v_scale_float=0.25)
     call(backend, layer=layer)
     ((_, _, k, _, scales),) = backend.token_to_kv_pool.writes
     assert k.divided_by == "K_SCALE" and scales == ()
-    assert active.kernel.calls[0]["kv_scale"] == 0.5
+    assert active.kernel.calls[0]["k_scale"] == 0.5 and active.kernel.calls[0]["v_scale"] == 0.25
+
+
+def test_a_k_scale_without_a_v_scale_reads_the_cache_unscaled_as_the_original(active):
+    # 0.5.23 forward_extend: k_descale = v_descale = 1.0 unless both layer scales are set.
+    backend = make_backend(kv_dtype="torch.float8_e4m3fn")
+    layer = mla_layer(k_scale="K_SCALE", v_scale=None, k_scale_float=0.5, v_scale_float=None)
+    call(backend, layer=layer)
+    ((_, _, k, _, _),) = backend.token_to_kv_pool.writes
+    assert k.divided_by == "K_SCALE"
+    assert active.kernel.calls[0]["k_scale"] == 1.0 and active.kernel.calls[0]["v_scale"] == 1.0
+
+
+def test_a_causal_draft_block_without_a_mask_reaches_the_kernel_like_dflash(active):
+    # DFlash's target verify (and its CUDA-graph metadata) passes custom_mask=None: causal drafts.
+    backend = make_backend()
+    backend.forward_metadata.custom_mask = None
+    out = call(backend)
+    assert backend.calls == []
+    (args,) = active.kernel.calls
+    assert args["custom_mask"] is None and out is args["out"]
+    assert lifecycle.status()["counts"] == {"kernel": 1}
 
 
 @pytest.mark.parametrize(
@@ -266,7 +287,6 @@ UNSUPPORTED = {
     "aux_tensors": ({}, {}, {"aux_tensors": "a"}),
     "fp16 q": ({}, {}, {"q": FakeTensor((T, H, HEAD_DIM_QK), "torch.float16")}),
     "fp8 e5m2 kv": ({"_kv": "torch.float8_e5m2"}, {}, {}),
-    "no tree mask": ({"_no_mask": True}, {}, {}),
     "tokens beyond batch x max_extend_len": ({}, {}, {"q": FakeTensor((T + 1, H, HEAD_DIM_QK))}),
 }
 
@@ -276,10 +296,7 @@ def test_unsupported_shapes_and_options_go_to_the_original_unchanged(active, cas
     backend_attrs, layer_attrs, call_kwargs = UNSUPPORTED[case]
     backend_attrs = dict(backend_attrs)
     kv = backend_attrs.pop("_kv", "torch.bfloat16")
-    no_mask = backend_attrs.pop("_no_mask", False)
     backend = make_backend(kv_dtype=kv, **backend_attrs)
-    if no_mask:
-        backend.forward_metadata.custom_mask = None
     assert call(backend, layer=mla_layer(**layer_attrs), **call_kwargs) == tb.DOUBLE_OUTPUT
     assert backend.calls == ["forward_extend"] and active.kernel.calls == []
     (key,) = lifecycle.status()["counts"]

@@ -159,3 +159,49 @@ def test_a_plain_extend_on_the_real_class_still_runs_the_original(case, libs, mo
     _install(monkeypatch, libs, "on")
     run(case, ForwardMode.EXTEND, torch.arange(84, 96))
     assert lifecycle.status()["counts"] == {"original:not target-verify": 1}
+
+
+@pytest.fixture
+def dflash_case():
+    """DFlash's target verify: no custom mask (causal draft block), as in eager and graph metadata."""
+    c = make_case([5, 0, 9], "chain", seed=12)
+    c.custom_mask = None
+    return c
+
+
+def test_a_dflash_shaped_call_reaches_the_kernel_and_matches_the_real_causal_triton(
+    dflash_case, libs, monkeypatch
+):
+    slots = torch.arange(84, 96)
+    expected, expected_pool = run(
+        dflash_case, ForwardMode.TARGET_VERIFY, slots
+    )  # unpatched: is_causal Triton
+    _install(monkeypatch, libs, "on")
+    got, got_pool = run(dflash_case, ForwardMode.TARGET_VERIFY, slots)
+    assert lifecycle.status()["counts"] == {"kernel": 1}
+    assert torch.equal(got_pool, expected_pool)
+    assert (got.float() - expected.float()).abs().max().item() < 0.02
+
+
+def test_a_dflash_shaped_call_validates_without_mismatches(dflash_case, libs, monkeypatch):
+    _install(monkeypatch, libs, "validate")
+    run(dflash_case, ForwardMode.TARGET_VERIFY, torch.arange(84, 96))
+    stats = lifecycle.status()["validate"]
+    assert lifecycle.status()["counts"] == {"validate": 1}
+    assert stats["calls"] == 1 and stats["mismatches"] == 0 and stats["max_abs"] < 0.02
+
+
+def test_the_causal_reference_differs_from_a_full_draft_block(dflash_case):
+    """The no-mask path is really causal: an all-visible draft block gives another answer."""
+    from kdtree_verify.reference import verify_attention_reference
+
+    kwargs = dflash_case.ref_kwargs()
+    causal = verify_attention_reference(**kwargs)
+    full = make_case([5, 0, 9], "star", seed=12)
+    full_mask = torch.cat(
+        [torch.ones(4 * (p + 4), dtype=torch.bool) for p in (5, 0, 9)]
+    )  # every draft token sees every other one
+    everything = verify_attention_reference(
+        **(kwargs | {"custom_mask": full_mask, "mask_indptr": full.mask_indptr})
+    )
+    assert (causal - everything).abs().max().item() > 0.1

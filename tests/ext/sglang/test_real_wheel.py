@@ -188,12 +188,19 @@ def test_reference_is_accurate_to_fp32_against_float64():
     assert (ref.double() - exact).abs().max().item() < 2e-5
 
 
-def test_reference_scales_an_fp8_cache_by_kv_scale():
+def test_reference_scales_an_fp8_cache_by_k_scale_and_v_scale():
     case = make_case([4, 6], "chain", seed=3)
     fp8 = (case.kv_buffer / 0.5).to(torch.float8_e4m3fn)
-    scaled = verify_attention_reference(**(case.ref_kwargs() | {"kv_buffer": fp8, "kv_scale": 0.5}))
+    scaled = verify_attention_reference(
+        **(case.ref_kwargs() | {"kv_buffer": fp8, "k_scale": 0.5, "v_scale": 0.5})
+    )
     dequant = verify_attention_reference(**(case.ref_kwargs() | {"kv_buffer": fp8.float() * 0.5}))
     assert torch.equal(scaled, dequant)
+    # v_scale reaches only the values: a different v_scale changes the output, k_scale alone too.
+    v_only = verify_attention_reference(
+        **(case.ref_kwargs() | {"kv_buffer": fp8, "k_scale": 0.5, "v_scale": 0.25})
+    )
+    assert not torch.allclose(v_only, scaled)
 
 
 def test_kernel_binding_contract_symbols_exist():

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build libkdtree_verify.so for one GPU arch with the project's one set of flags.
-#   build.sh --arch <arch> --out <dir> [--nvcc <path>]
+#   build.sh --arch <arch> --out <dir> [--nvcc <path>] [--fault <last-tile|one-split>]
+#            --fault builds a deliberately broken library for the tests' teeth (tests/kernel): it drops
+#            the last key tile, or split 1, of every request; build_info says fault=1 / fault=2.
 #   build.sh --print-flags --arch <arch>
 #   build.sh --arch-for-cc <cc>     the arch a compute capability such as 12.0 needs (exit 3 if none)
 #   build.sh --list-arches          the supported arches, one per line
@@ -20,7 +22,7 @@ ARCH_MAP=(
 )
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-arch="" out="" nvcc="" print_flags=0
+arch="" out="" nvcc="" print_flags=0 fault=0
 
 supported() { local e s=""; for e in "${ARCH_MAP[@]}"; do s+="${s:+, }${e% *} (${e#* })"; done; echo "$s"; }
 usage() {
@@ -34,6 +36,13 @@ while [[ $# -gt 0 ]]; do
     --arch) arch="${2:-}"; shift 2 ;;
     --out) out="${2:-}"; shift 2 ;;
     --nvcc) nvcc="${2:-}"; shift 2 ;;
+    --fault)
+      case "${2:-}" in
+        last-tile) fault=1 ;;
+        one-split) fault=2 ;;
+        *) echo "unknown --fault '${2:-}' (last-tile | one-split)" >&2; exit 2 ;;
+      esac
+      shift 2 ;;
     --print-flags) print_flags=1; shift ;;
     --arch-for-cc)
       cc="${2:-}"
@@ -63,6 +72,7 @@ flags=(
   -lineinfo
   "-DKDTREE_ARCHS=\"${arch}\""
 )
+[[ $fault -eq 0 ]] || flags+=("-DKDTREE_FAULT=${fault}")
 
 if [[ $print_flags -eq 1 ]]; then
   printf '%s\n' "${flags[*]}"

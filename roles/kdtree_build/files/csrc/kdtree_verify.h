@@ -1,4 +1,4 @@
-// kdtree_verify: C ABI of the verify-attention kernel (absorbed MLA, draft tree mask).
+// kdtree_verify: C ABI of the verify-attention kernel (absorbed MLA, draft tree mask or causal draft block).
 // Plain pointers, strides (in elements), sizes and a cudaStream_t: no torch, no C++ ABI.
 // The Python binding (roles/kdtree_patch/files/sglang_ext/kdtree_verify/kernel.py) mirrors kdtree_verify_args with
 // ctypes; bump KDTREE_VERIFY_ABI_VERSION whenever this struct or a signature changes.
@@ -11,13 +11,19 @@
 extern "C" {
 #endif
 
-#define KDTREE_VERIFY_ABI_VERSION 1
+#define KDTREE_VERIFY_ABI_VERSION 2
 
 #define KDTREE_HEAD_DIM 576 /* 512 latent + 64 rope */
 #define KDTREE_V_DIM 512
 #define KDTREE_BLOCK_M 64   /* rows (draft token x head) per CTA */
 #define KDTREE_BLOCK_N 16   /* KV tokens per tile */
+/* The small layout, chosen when num_heads * max_extend_len <= KDTREE_BLOCK_M_SMALL (H=8, n=4): */
+#define KDTREE_BLOCK_M_SMALL 32
+#define KDTREE_BLOCK_N_SMALL 32
 #define KDTREE_MIN_SPLIT_TILES 4 /* a split of one request covers at least this many tiles (64 keys) */
+/* A split's fp32 partial output (written, then read by the combine) costs at most 1/KDTREE_PARTIAL_DEN of
+   the KV bytes the split reads: see kdtree_verify_min_split_tiles. */
+#define KDTREE_PARTIAL_DEN 4
 #define KDTREE_MAX_SPLITS 256
 
 enum kdtree_verify_status {
@@ -30,6 +36,9 @@ enum kdtree_verify_status {
 };
 
 enum kdtree_kv_dtype { KDTREE_KV_BF16 = 0, KDTREE_KV_FP8_E4M3 = 1 };
+/* Draft x draft visibility: a tree mask in custom_mask, or causal (draft row t sees draft keys c <= t;
+   custom_mask and mask_indptr are not read and may be NULL). The prefix is always fully visible. */
+enum kdtree_mask_mode { KDTREE_MASK_TREE = 0, KDTREE_MASK_CAUSAL = 1 };
 
 typedef struct kdtree_verify_args {
   int32_t struct_size;     /* sizeof(kdtree_verify_args), checked */
@@ -49,8 +58,8 @@ typedef struct kdtree_verify_args {
   const void* qo_indptr;   /* [B+1] */
   const void* kv_indptr;   /* [B+1] */
   const void* kv_indices;  /* pool slots */
-  const void* mask_indptr; /* [B+1] */
-  const void* custom_mask; /* bool / uint8 bytes, != 0 means visible */
+  const void* mask_indptr; /* [B+1] (KDTREE_MASK_TREE only) */
+  const void* custom_mask; /* bool / uint8 bytes, != 0 means visible (KDTREE_MASK_TREE only) */
   void* out;               /* bf16 [T, H, 512] */
   int64_t out_stride_t, out_stride_h;
   void* workspace;         /* >= kdtree_verify_workspace_bytes(batch, H, max_extend_len, splits) */
@@ -60,18 +69,32 @@ typedef struct kdtree_verify_args {
   int32_t max_extend_len;  /* host-known upper bound of any request's draft length */
   int32_t num_tokens;      /* T = q.shape[0] (capacity; valid rows come from qo_indptr) */
   int32_t num_splits;      /* from kdtree_verify_num_splits */
-  int32_t pad0;
+  int32_t mask_mode;       /* enum kdtree_mask_mode */
   float sm_scale;
-  float kv_scale;          /* prefix K and V are multiplied by it (1.0 for bf16 caches) */
+  float k_scale;           /* prefix scores q.k are multiplied by it (SGLang's k_descale; 1.0 = none) */
+  float v_scale;           /* prefix P.V terms are multiplied by it (SGLang's v_descale; 1.0 = none) */
+  int32_t block_m;         /* 0: the library chooses (kdtree_verify_block_m); 64 or 32 to force one
+                              layout (32 only when num_heads * max_extend_len <= 32) */
 } kdtree_verify_args;
 
 int kdtree_verify_abi_version(void);
 const char* kdtree_verify_build_info(void);
 /* Set the kernels' dynamic shared-memory attribute on `device` (call once, outside graph capture). */
 int kdtree_verify_prepare(int device);
-/* Split-KV count from host-known maxima only (never reads device memory). */
+/* Split-KV count from host-known maxima only (never reads device memory): at most one wave of CTAs
+   (batch * m_blocks * splits <= num_sms when splits > 1), and no split shorter than
+   kdtree_verify_min_split_tiles tiles of the longest possible request. */
 int kdtree_verify_num_splits(int num_sms, int batch_size, int num_heads, int max_extend_len,
-                             int64_t max_kv_len);
+                             int64_t max_kv_len, int kv_dtype);
+/* Rows per CTA the library launches for this shape: KDTREE_BLOCK_M_SMALL when
+   num_heads * max_extend_len <= KDTREE_BLOCK_M_SMALL (and hint is 0 or 32), else KDTREE_BLOCK_M;
+   -1 for a hint it cannot honour. Its key tile is kdtree_verify_block_n(block_m) keys. */
+int kdtree_verify_block_m(int num_heads, int max_extend_len, int hint);
+int kdtree_verify_block_n(int block_m);
+/* Fewest key tiles per split, in KDTREE_BLOCK_N-key tiles (the small layout rounds it up to its
+   own tiles): the split's partial output (rows x (512+1) fp32, written and read once) stays
+   <= 1/KDTREE_PARTIAL_DEN of its KV bytes; at least KDTREE_MIN_SPLIT_TILES. */
+int kdtree_verify_min_split_tiles(int num_heads, int max_extend_len, int kv_dtype);
 /* Workspace bytes for the combine step (0 when num_splits == 1); independent of the token count. */
 int64_t kdtree_verify_workspace_bytes(int batch_size, int num_heads, int max_extend_len, int num_splits);
 /* Upper bound of kdtree_verify_workspace_bytes over every shape on a GPU with num_sms SMs, when

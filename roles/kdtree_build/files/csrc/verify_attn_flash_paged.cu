@@ -4,21 +4,30 @@
 //   (a) prefix_len = kv_indptr[r+1]-kv_indptr[r] committed tokens, pool slots
 //       kv_indices[kv_indptr[r] + j], always visible;
 //   (b) the n draft tokens' own K/V (k_extend/v_extend rows qo_indptr[r] + c), visible when
-//       custom_mask[mask_indptr[r] + t*(prefix_len+n) + prefix_len + c] != 0.
+//       custom_mask[mask_indptr[r] + t*(prefix_len+n) + prefix_len + c] != 0 (mask_mode TREE), or
+//       when c <= t (mask_mode CAUSAL: DFlash / EAGLE top-k 1 chains, SGLang passes no mask).
+// Scales as SGLang's extend_attention_fwd: prefix scores are multiplied by k_scale, prefix P.V terms
+// by v_scale; draft keys/values are never scaled.
 // Concatenating (a) and (b) gives a "virtual" key sequence j in [0, total), total = prefix_len + n,
 // and the mask byte of (row token t, key j >= prefix_len) is simply mask[mask_indptr[r] + t*total + j].
 //
-// Flash-decoding: grid (m_block, split, request). A CTA owns BLOCK_M = 64 rows (row = t*H + h) and a
-// contiguous range of BLOCK_N = 16 key tiles; every KV tile is read once per (request, split, m_block)
-// and used for all 64 rows through tensor-core mma.sync m16n8k16 (bf16 in, fp32 accumulate).
-// Online softmax in fp32 (base-2 exponentials). With more than one split, each split writes a
-// normalised partial output + log-sum-exp to the workspace and a combine kernel merges them.
+// Flash-decoding: grid (m_block, split, request). A CTA owns BM rows (row = t*H + h) and a contiguous
+// range of BN-key tiles; every KV tile is read once per (request, split, m_block) and used for all BM
+// rows through tensor-core mma.sync m16n8k16 (bf16 in, fp32 accumulate). Two layouts (Layout<BM>):
+// BM = 64 / BN = 16, and BM = 32 / BN = 32 for H*n <= 32 (H = 8, n = 4: no padding rows, half the
+// MMA work and Q shared-memory reads per key). Online softmax in fp32 (base-2 exponentials). With
+// more than one split, each split writes a normalised partial output + log-sum-exp to the workspace
+// and a combine kernel merges them.
+// kv_indices of tile i+2 are loaded (one register, threads 0..BN-1) while tile i is computed and
+// parked in a 3-slot shared-memory ring, so the data gathers of tile i+1 never wait on an index load.
 //
-// Warp layout (8 warps): rg = warp % 4 owns rows rg*16..rg*16+15, ch = warp / 4 owns
-//   - for S = Q K^T: key columns ch*8..ch*8+7 of the tile (one n8 MMA tile, 36 k16 steps);
-//   - for O += P V:  output dims ch*256..ch*256+255 (32 n8 MMA tiles, one k16 step = the 16 keys).
-// The two warps of a row group exchange their row maxima (sMax) and their halves of P (sP) through
-// shared memory, so both keep the same running max and rescale identically.
+// Warp layout (8 warps): rg = warp % RG owns rows rg*16..rg*16+15, ch = warp / RG (CG = 8 / RG
+// column groups) owns
+//   - for S = Q K^T: key columns ch*8..ch*8+7 of the tile (one n8 MMA tile, 36 k16 steps in two
+//     independent accumulator chains of 18, summed at the end);
+//   - for O += P V:  output dims ch*DVW..+DVW-1 (DVW = 512 / CG: NT_O n8 MMA tiles, BN/16 k16 steps).
+// The CG warps of a row group exchange their row maxima (sMax) and their columns of P (sP) through
+// shared memory, so all keep the same running max and rescale identically.
 //
 // CUDA-graph safety: no host synchronisation, no allocation; every range is read from the indptr
 // arrays on the device; the grid depends only on host-known maxima (batch, max_extend_len, H, splits).
@@ -35,6 +44,12 @@
 #define KDTREE_ARCHS "unknown"
 #endif
 
+// Fault injection for the tests' teeth (build.sh --fault): 1 drops the last key tile of every request,
+// 2 drops split 1 of every request (it reports itself empty). Never set in a production build.
+#ifndef KDTREE_FAULT
+#define KDTREE_FAULT 0
+#endif
+
 #define KDTREE_STR2(x) #x
 #define KDTREE_STR(x) KDTREE_STR2(x)
 #define KDTREE_EXPORT extern "C" __attribute__((visibility("default")))
@@ -43,40 +58,56 @@ namespace kdtree {
 
 constexpr int D = KDTREE_HEAD_DIM;     // 576: K / Q dim
 constexpr int DV = KDTREE_V_DIM;       // 512: V / O dim (V = first 512 dims of the latent)
-constexpr int BM = KDTREE_BLOCK_M;     // 64 rows per CTA
-constexpr int BN = KDTREE_BLOCK_N;     // 16 keys per tile
 constexpr int NWARPS = 8;
 constexpr int NTHREADS = NWARPS * 32;  // 256
 constexpr int SROW = D + 8;            // padded smem row of Q / K tiles, in bf16 elements
-constexpr int SP_ROW = BN + 8;         // padded smem row of P, in bf16 elements
-constexpr int DV_PER_WARP = DV / 2;    // 256 output dims per warp
-constexpr int NT_O = DV_PER_WARP / 8;  // 32 n8 accumulator tiles per warp
 constexpr int Q_CHUNKS_PER_ROW = D / 8;   // 72 x 16 B per bf16 row of 576
 constexpr int V_CHUNKS_PER_ROW = DV / 8;  // 64 x 16 B per bf16 row of 512
+constexpr int IDX_RING = 3;               // kv_indices slots of tiles i, i+1, i+2
 constexpr float LOG2E = 1.4426950408889634f;
 
-static_assert(BM == 4 * 16, "4 row groups of 16 rows (m16 MMA tiles)");
-static_assert(BN == 2 * 8, "2 column halves of one n8 MMA tile each for S, one k16 step for PV");
-static_assert(NWARPS == 8, "warp layout is 4 row groups x 2 halves");
 static_assert(D % 32 == 0, "QK loop consumes 32 dims (two k16 MMA steps) per ldmatrix.x4 of K");
-static_assert(DV == 2 * DV_PER_WARP && DV_PER_WARP % 16 == 0, "PV loop consumes 16 dims per ldmatrix.x4.trans");
 static_assert(DV <= D, "V is a prefix of the latent");
 // ldmatrix: each row address 16-byte aligned; a row stride of 16 mod 128 bytes puts the 8 rows of
 // an 8x8 matrix in 8 distinct 16-byte bank groups (no bank conflicts).
 static_assert((SROW * 2) % 16 == 0 && (SROW * 2) % 128 == 16, "Q/K smem row padding");
-static_assert((SP_ROW * 2) % 16 == 0, "P smem row alignment");
 
-// Shared memory layout (bytes).
-constexpr int SQ_OFF = 0;
-constexpr int SK_OFF = SQ_OFF + BM * SROW * 2;
-constexpr int SP_OFF = SK_OFF + BN * SROW * 2;
-constexpr int SMAX_OFF = SP_OFF + BM * SP_ROW * 2;
-constexpr int SL_OFF = SMAX_OFF + 2 * BM * 4;
-constexpr int SMEM_BYTES = SL_OFF + 2 * BM * 4;
-static_assert(SK_OFF % 128 == 0 || SK_OFF % 16 == 0, "K tile 16-byte aligned");
-static_assert(SMAX_OFF % 16 == 0 && SL_OFF % 16 == 0, "stats arrays aligned");
-// 99 KB is the opt-in per-block limit of sm_120 (and sm_86/89); sm_90 / sm_100 allow 227 KB.
-static_assert(SMEM_BYTES <= 101376, "must fit the sm_120 per-block shared memory limit");
+// The two CTA layouts (8 warps each). Warp w owns row group rg = w % RG (16 rows, one m16 MMA tile)
+// and key-column group cg = w / RG: keys cg*8..cg*8+7 of every BN-key tile for S = Q K^T, and
+// output dims cg*DVW..cg*DVW+DVW-1 for O += P V.
+//   BM = 64: 4 row groups x 2 column groups, BN = 16 keys per tile (KDTREE_BLOCK_M / KDTREE_BLOCK_N);
+//   BM = 32: 2 row groups x 4 column groups, BN = 32 keys per tile (H*n <= 32: EAGLE3 top-k 1 at
+//            H = 8, n = 4), half the MMA rows and half the Q shared-memory reads per key.
+template <int BM_>
+struct Layout {
+  static constexpr int BM = BM_;
+  static constexpr int RG = BM / 16;
+  static constexpr int CG = NWARPS / RG;
+  static constexpr int BN = 8 * CG;
+  static constexpr int DVW = DV / CG;      // output dims per warp
+  static constexpr int NT_O = DVW / 8;     // n8 accumulator tiles per warp
+  static constexpr int SP_ROW = BN + 8;    // padded smem row of P, in bf16 elements
+  // Shared memory layout (bytes).
+  static constexpr int SQ_OFF = 0;
+  static constexpr int SK_OFF = SQ_OFF + BM * SROW * 2;
+  static constexpr int SP_OFF = SK_OFF + BN * SROW * 2;
+  static constexpr int SMAX_OFF = SP_OFF + BM * SP_ROW * 2;
+  static constexpr int SL_OFF = SMAX_OFF + CG * BM * 4;
+  static constexpr int SIDX_OFF = SL_OFF + CG * BM * 4;
+  static constexpr int SMEM_BYTES = SIDX_OFF + IDX_RING * BN * 8;
+  static_assert(BM % 16 == 0 && NWARPS % RG == 0, "row groups of 16 rows");
+  static_assert(BN % 16 == 0, "PV loop consumes 16 keys per k16 step");
+  static_assert(DV == CG * DVW && DVW % 16 == 0, "PV loop consumes 16 dims per ldmatrix.x4.trans");
+  static_assert((SP_ROW * 2) % 16 == 0, "P smem row alignment");
+  static_assert(SK_OFF % 16 == 0 && SP_OFF % 16 == 0, "K and P tiles 16-byte aligned");
+  static_assert(SMAX_OFF % 16 == 0 && SL_OFF % 16 == 0 && SIDX_OFF % 16 == 0, "stats / index arrays aligned");
+  // 99 KB is the opt-in per-block limit of sm_120 (and sm_86/89); sm_90 / sm_100 allow 227 KB.
+  static_assert(SMEM_BYTES <= 101376, "must fit the sm_120 per-block shared memory limit");
+};
+using Layout64 = Layout<KDTREE_BLOCK_M>;
+using Layout32 = Layout<KDTREE_BLOCK_M_SMALL>;
+static_assert(Layout64::BN == KDTREE_BLOCK_N, "the header's BLOCK_N is the 64-row layout's tile");
+static_assert(Layout32::BN == KDTREE_BLOCK_N_SMALL, "the header's BLOCK_N_SMALL is the 32-row layout's tile");
 
 // ---------------------------------------------------------------------------------------------
 // Small device helpers.
@@ -115,17 +146,11 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-__device__ __forceinline__ uint32_t scale_bf16x2(uint32_t v, float s) {
-  __nv_bfloat162 b = *reinterpret_cast<__nv_bfloat162*>(&v);
-  float2 f = __bfloat1622float2(b);
-  return pack_bf16x2(f.x * s, f.y * s);
-}
-
-// Two fp8-e4m3 bytes (first element in the low byte) -> bf16x2 scaled by s.
-__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t two_bytes, float s) {
+// Two fp8-e4m3 bytes (first element in the low byte) -> bf16x2, exactly (e4m3 values are bf16 values).
+__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t two_bytes) {
   __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xffffu), __NV_E4M3);
   float2 f = __half22float2(__half2(h));
-  return pack_bf16x2(f.x * s, f.y * s);
+  return pack_bf16x2(f.x, f.y);
 }
 
 __device__ __forceinline__ float quad_max(float v) {
@@ -140,7 +165,8 @@ __device__ __forceinline__ float quad_sum(float v) {
 
 // ---------------------------------------------------------------------------------------------
 // KV cache element types. A prefix tile is fetched as 16-byte chunks into registers one tile ahead
-// (the loads are in flight while the current tile is computed) and converted to bf16 into sK.
+// (the loads are in flight while the current tile is computed) and converted to bf16 into sK, unscaled
+// (the scales apply to the scores and to P, as in SGLang's Triton kernel).
 
 struct KvBf16 {
   static constexpr int ELEMS_PER_CHUNK = 8;  // 16 B of bf16
@@ -151,18 +177,19 @@ struct KvFp8 {
   static constexpr int ELEM_BYTES = 1;
 };
 
-template <class Kv>
+template <class Kv, int BN>
 struct TileLoader {
   static constexpr int CHUNKS_PER_ROW = D / Kv::ELEMS_PER_CHUNK;       // 72 (bf16) or 36 (fp8)
-  static constexpr int CHUNKS = BN * CHUNKS_PER_ROW;                  // 1152 or 576
+  static constexpr int CHUNKS = BN * CHUNKS_PER_ROW;                  // BN=16: 1152 or 576
   static constexpr int ITERS = (CHUNKS + NTHREADS - 1) / NTHREADS;    // 5 or 3
   static_assert(D % Kv::ELEMS_PER_CHUNK == 0, "row is a whole number of 16-byte chunks");
 
   uint4 reg[ITERS];
 
-  // Issue the global loads of the prefix rows of the tile starting at virtual key j0.
-  // Rows that are not prefix tokens (draft keys, or past the end) are zero.
-  __device__ __forceinline__ void fetch(const kdtree_verify_args& a, int64_t kv0, int j0, int prefix_len) {
+  // Issue the global loads of the prefix rows of the tile starting at virtual key j0; `slots` holds
+  // its BN pool slots (kv_indices, already in shared memory). Rows that are not prefix tokens (draft
+  // keys, or past the end) are zero.
+  __device__ __forceinline__ void fetch(const kdtree_verify_args& a, const int64_t* slots, int j0, int prefix_len) {
     const char* base = static_cast<const char*>(a.kv_buffer);
     const int64_t row_bytes = a.kv_stride_t * Kv::ELEM_BYTES;
 #pragma unroll
@@ -172,16 +199,13 @@ struct TileLoader {
       const int col = c % CHUNKS_PER_ROW;
       const int j = j0 + row;
       reg[it] = make_uint4(0u, 0u, 0u, 0u);
-      if (c < CHUNKS && j < prefix_len) {
-        const int64_t slot = load_index(a.kv_indices, a.kv_indices_i64, kv0 + j);
-        reg[it] = __ldg(reinterpret_cast<const uint4*>(base + slot * row_bytes) + col);
-      }
+      if (c < CHUNKS && j < prefix_len) reg[it] = __ldg(reinterpret_cast<const uint4*>(base + slots[row] * row_bytes) + col);
     }
   }
 
-  // Write the fetched chunks as bf16 (scaled by kv_scale) into sK rows 0..BN-1. Draft rows
-  // (prefix_len <= j < total) are skipped: copy_draft_rows owns them (no two writers per element).
-  __device__ __forceinline__ void store(__nv_bfloat16* sK, float kv_scale, int j0, int prefix_len, int total) const {
+  // Write the fetched chunks as bf16 into sK rows 0..BN-1. Draft rows (prefix_len <= j < total) are
+  // skipped: copy_draft_rows owns them (no two writers per element).
+  __device__ __forceinline__ void store(__nv_bfloat16* sK, int j0, int prefix_len, int total) const {
 #pragma unroll
     for (int it = 0; it < ITERS; ++it) {
       const int c = it * NTHREADS + static_cast<int>(threadIdx.x);
@@ -192,17 +216,12 @@ struct TileLoader {
       __nv_bfloat16* dst = sK + row * SROW + col * Kv::ELEMS_PER_CHUNK;
       const uint4 v = reg[it];
       if constexpr (Kv::ELEM_BYTES == 2) {
-        uint4 o = v;
-        if (kv_scale != 1.0f) {
-          o = make_uint4(scale_bf16x2(v.x, kv_scale), scale_bf16x2(v.y, kv_scale), scale_bf16x2(v.z, kv_scale),
-                         scale_bf16x2(v.w, kv_scale));
-        }
-        *reinterpret_cast<uint4*>(dst) = o;
+        *reinterpret_cast<uint4*>(dst) = v;
       } else {
-        const uint4 lo = make_uint4(fp8x2_to_bf16x2(v.x, kv_scale), fp8x2_to_bf16x2(v.x >> 16, kv_scale),
-                                    fp8x2_to_bf16x2(v.y, kv_scale), fp8x2_to_bf16x2(v.y >> 16, kv_scale));
-        const uint4 hi = make_uint4(fp8x2_to_bf16x2(v.z, kv_scale), fp8x2_to_bf16x2(v.z >> 16, kv_scale),
-                                    fp8x2_to_bf16x2(v.w, kv_scale), fp8x2_to_bf16x2(v.w >> 16, kv_scale));
+        const uint4 lo = make_uint4(fp8x2_to_bf16x2(v.x), fp8x2_to_bf16x2(v.x >> 16), fp8x2_to_bf16x2(v.y),
+                                    fp8x2_to_bf16x2(v.y >> 16));
+        const uint4 hi = make_uint4(fp8x2_to_bf16x2(v.z), fp8x2_to_bf16x2(v.z >> 16), fp8x2_to_bf16x2(v.w),
+                                    fp8x2_to_bf16x2(v.w >> 16));
         reinterpret_cast<uint4*>(dst)[0] = lo;
         reinterpret_cast<uint4*>(dst)[1] = hi;
       }
@@ -212,7 +231,7 @@ struct TileLoader {
 
 // Copy draft rows (virtual keys j in [prefix_len, total) of the tile at j0) of a bf16 [T, 1, width]
 // tensor into sK[:, 0:width]. Only tiles that contain draft keys call this.
-template <int CHUNKS_PER_ROW>
+template <int CHUNKS_PER_ROW, int BN>
 __device__ __forceinline__ void copy_draft_rows(__nv_bfloat16* sK, const void* src, int64_t stride_t, int64_t qo0,
                                                 int j0, int prefix_len, int total, int num_tokens) {
   const __nv_bfloat16* base = static_cast<const __nv_bfloat16*>(src);
@@ -231,14 +250,20 @@ __device__ __forceinline__ void copy_draft_rows(__nv_bfloat16* sK, const void* s
 // ---------------------------------------------------------------------------------------------
 // Main kernel: one CTA = (m_block, split, request).
 
-template <class Kv>
-__global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_verify_args a) {
+template <class Kv, int BM_>
+__global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_verify_args a, int min_split_tiles) {
+  using L = Layout<BM_>;
+  constexpr int BM = L::BM, BN = L::BN, RG = L::RG, CG = L::CG, NT_O = L::NT_O, SP_ROW = L::SP_ROW;
+  constexpr int DV_PER_WARP = L::DVW;
+  constexpr int SQ_OFF = L::SQ_OFF, SK_OFF = L::SK_OFF, SP_OFF = L::SP_OFF, SMAX_OFF = L::SMAX_OFF;
+  constexpr int SL_OFF = L::SL_OFF, SIDX_OFF = L::SIDX_OFF;
   extern __shared__ __align__(128) unsigned char smem[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem + SQ_OFF);
   __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem + SK_OFF);
   __nv_bfloat16* sP = reinterpret_cast<__nv_bfloat16*>(smem + SP_OFF);
   float* sMax = reinterpret_cast<float*>(smem + SMAX_OFF);
   float* sL = reinterpret_cast<float*>(smem + SL_OFF);
+  int64_t* sIdx = reinterpret_cast<int64_t*>(smem + SIDX_OFF);  // [IDX_RING][BN] pool slots
 
   const int mb = blockIdx.x;
   const int split = blockIdx.y;
@@ -246,8 +271,8 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
   const int lane = tid & 31;
-  const int rg = warp & 3;   // row group: rows rg*16 .. rg*16+15 of the CTA
-  const int ch = warp >> 2;  // column half
+  const int rg = warp % RG;  // row group: rows rg*16 .. rg*16+15 of the CTA
+  const int ch = warp / RG;  // key-column group (keys ch*8.. of a tile; output dims ch*DV_PER_WARP..)
   const int g = lane >> 2;   // MMA fragment row within 8
   const int qd = lane & 3;   // MMA fragment column pair
 
@@ -256,20 +281,28 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
   const int n = static_cast<int>(load_index(a.qo_indptr, a.qo_indptr_i64, r + 1) - qo0);
   const int64_t kv0 = load_index(a.kv_indptr, a.kv_indptr_i64, r);
   const int prefix_len = static_cast<int>(load_index(a.kv_indptr, a.kv_indptr_i64, r + 1) - kv0);
-  const int64_t mask0 = load_index(a.mask_indptr, a.mask_indptr_i64, r);
+  const bool causal = a.mask_mode == KDTREE_MASK_CAUSAL;
+  const int64_t mask0 = causal ? 0 : load_index(a.mask_indptr, a.mask_indptr_i64, r);
   const int rows = n * H;     // valid rows of this request
   const int row0 = mb * BM;   // first row of this CTA
   if (n <= 0 || prefix_len < 0 || row0 >= rows) return;  // uniform across the CTA
 
   const int total = prefix_len + n;
   const int n_tiles = (total + BN - 1) / BN;
-  // At least KDTREE_MIN_SPLIT_TILES tiles per split: under CUDA graphs the host sizes num_splits
-  // for the longest possible request, and a short one would otherwise be cut into one-tile splits
-  // each writing a 128 KB fp32 partial output (64 rows x 512) for 18 KB of bf16 KV per tile.
+  // At least min_split_tiles tiles per split (kdtree_verify_min_split_tiles): under CUDA graphs the
+  // host sizes num_splits for the longest possible request, and a short one would otherwise be cut
+  // into short splits whose fp32 partial outputs cost more traffic than their KV.
   // The splits past the request's end are empty and only write lse = -inf.
-  const int per_split = max((n_tiles + a.num_splits - 1) / a.num_splits, KDTREE_MIN_SPLIT_TILES);
+  const int min_tiles = (min_split_tiles * KDTREE_BLOCK_N + BN - 1) / BN;  // 16-key tiles -> BN-key tiles
+  const int per_split = max((n_tiles + a.num_splits - 1) / a.num_splits, min_tiles);
   const int t_begin = split * per_split;
+#if KDTREE_FAULT == 1
+  const int t_end = min(n_tiles - 1, t_begin + per_split);  // FAULT: the request's last tile is lost
+#elif KDTREE_FAULT == 2
+  const int t_end = split == 1 ? t_begin : min(n_tiles, t_begin + per_split);  // FAULT: split 1 is lost
+#else
   const int t_end = min(n_tiles, t_begin + per_split);
+#endif
 
   // The two accumulator rows of this thread: local rows lr[0] = rg*16+g and lr[1] = lr[0]+8.
   int lr[2], grow[2], tok[2];
@@ -313,32 +346,50 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
     }
   }
 
-  TileLoader<Kv> loader;
-  loader.fetch(a, kv0, t_begin * BN, prefix_len);
+  // ---- kv_indices of the first two tiles -> index ring slots 0 and 1 ----
+  if (tid < 2 * BN) {
+    const int j = (t_begin + tid / BN) * BN + tid % BN;
+    sIdx[tid] = j < prefix_len ? load_index(a.kv_indices, a.kv_indices_i64, kv0 + j) : 0;
+  }
+  __syncthreads();
+
+  TileLoader<Kv, BN> loader;
+  loader.fetch(a, sIdx, t_begin * BN, prefix_len);
 
   float o[NT_O][4];
 #pragma unroll
   for (int nt = 0; nt < NT_O; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY};
-  float l_run[2] = {0.f, 0.f};  // this thread's partial row sums (2 of the 16 keys per tile)
+  float l_run[2] = {0.f, 0.f};  // this thread's partial row sums (its 2 of the BN keys of each tile)
   const float scale2 = a.sm_scale * LOG2E;
+  const float scale2k = scale2 * a.k_scale;  // prefix keys: SGLang's qk *= sm_scale * k_scale
+  const float v_scale = a.v_scale;           // prefix values: SGLang's acc += (P V) * v_scale
   const unsigned char* mask = static_cast<const unsigned char*>(a.custom_mask);
 
   for (int tile = t_begin; tile < t_end; ++tile) {
     const int j0 = tile * BN;
+    const int ring = (tile - t_begin) % IDX_RING;
     const bool has_draft = j0 + BN > prefix_len;  // the tile holds draft keys (uniform)
+    // Index of tile + 2, into a register now, into the ring at the end of this tile (latency hidden).
+    int64_t next_slot = 0;
+    if (tid < BN) {
+      const int j = j0 + 2 * BN + tid;
+      if (j < prefix_len && tile + 2 < t_end) next_slot = load_index(a.kv_indices, a.kv_indices_i64, kv0 + j);
+    }
 
-    __syncthreads();  // (A) every warp finished reading sK, sP and sMax of the previous tile
-    loader.store(sK, a.kv_scale, j0, prefix_len, total);
+    __syncthreads();  // (A) every warp finished reading sK, sP, sMax of the previous tile; ring slot visible
+    loader.store(sK, j0, prefix_len, total);
     if (has_draft)
-      copy_draft_rows<Q_CHUNKS_PER_ROW>(sK, a.k_extend, a.k_extend_stride_t, qo0, j0, prefix_len, total,
+      copy_draft_rows<Q_CHUNKS_PER_ROW, BN>(sK, a.k_extend, a.k_extend_stride_t, qo0, j0, prefix_len, total,
                                         a.num_tokens);
-    if (tile + 1 < t_end) loader.fetch(a, kv0, j0 + BN, prefix_len);  // in flight during compute
+    if (tile + 1 < t_end)  // in flight during compute; its indices were parked one tile ago
+      loader.fetch(a, sIdx + ((ring + 1) % IDX_RING) * BN, j0 + BN, prefix_len);
     __syncthreads();  // (B) sK (and, on the first tile, sQ) complete
 
-    // ---- S = Q K^T: rows rg*16.., keys ch*8.. (fp32) ----
-    float s[4] = {0.f, 0.f, 0.f, 0.f};
+    // ---- S = Q K^T: rows rg*16.., keys ch*8.. (fp32), two independent MMA chains ----
+    float s[4];
     {
+      float s0[4] = {0.f, 0.f, 0.f, 0.f}, s1[4] = {0.f, 0.f, 0.f, 0.f};
       const __nv_bfloat16* qa = sQ + (rg * 16 + (lane & 15)) * SROW + (lane >> 4) * 8;
       const __nv_bfloat16* kb = sK + (ch * 8 + (lane & 7)) * SROW + (lane >> 3) * 8;
 #pragma unroll 6
@@ -347,9 +398,11 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
         ldmatrix_x4(a0, qa + kk);       // A rows 0-15, dims kk..kk+15
         ldmatrix_x4(a1, qa + kk + 16);  // A rows 0-15, dims kk+16..kk+31
         ldmatrix_x4(b, kb + kk);        // B: keys 0-7, dims kk, kk+8, kk+16, kk+24 (8 each)
-        mma_bf16(s, a0, b[0], b[1]);
-        mma_bf16(s, a1, b[2], b[3]);
+        mma_bf16(s0, a0, b[0], b[1]);
+        mma_bf16(s1, a1, b[2], b[3]);
       }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[e] = s0[e] + s1[e];
     }
 
     // ---- scale, mask, row max ----
@@ -361,10 +414,11 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
       const int j = j0 + ch * 8 + 2 * qd + (e & 1);
       bool visible = j < total;
       if (visible && j >= prefix_len && grow[i] < rows) {
-        // mask[mask_indptr[r] + t*(prefix_len+n) + prefix_len + (j-prefix_len)] == mask[mask0 + t*total + j]
-        visible = mask[mask0 + static_cast<int64_t>(tok[i]) * total + j] != 0;
+        // causal: draft key c = j - prefix_len is visible to draft row t when c <= t.
+        // tree: mask[mask_indptr[r] + t*(prefix_len+n) + prefix_len + c] == mask[mask0 + t*total + j]
+        visible = causal ? j - prefix_len <= tok[i] : mask[mask0 + static_cast<int64_t>(tok[i]) * total + j] != 0;
       }
-      s[e] = visible ? s[e] * scale2 : -INFINITY;
+      s[e] = visible ? s[e] * (j < prefix_len ? scale2k : scale2) : -INFINITY;
     }
     mx[0] = quad_max(fmaxf(s[0], s[1]));
     mx[1] = quad_max(fmaxf(s[2], s[3]));
@@ -372,16 +426,19 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
       sMax[ch * BM + lr[0]] = mx[0];
       sMax[ch * BM + lr[1]] = mx[1];
     }
-    __syncthreads();  // (C) all QK reads of sK done; the other half's maxima are visible
+    __syncthreads();  // (C) all QK reads of sK done; every column group's maxima are visible
 
     if (has_draft)  // V of draft keys comes from v_extend: overwrite dims 0..511 of those rows
-      copy_draft_rows<V_CHUNKS_PER_ROW>(sK, a.v_extend, a.v_extend_stride_t, qo0, j0, prefix_len, total,
+      copy_draft_rows<V_CHUNKS_PER_ROW, BN>(sK, a.v_extend, a.v_extend_stride_t, qo0, j0, prefix_len, total,
                                         a.num_tokens);
 
     float alpha[2], p[4];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const float m_new = fmaxf(m_run[i], fmaxf(mx[i], sMax[(1 - ch) * BM + lr[i]]));
+      float m_tile = mx[i];
+#pragma unroll
+      for (int c = 0; c < CG; ++c) m_tile = fmaxf(m_tile, sMax[c * BM + lr[i]]);  // all column groups
+      const float m_new = fmaxf(m_run[i], m_tile);
       // m_new == -inf: nothing visible so far; keep everything at zero (avoids inf - inf).
       alpha[i] = (m_new == -INFINITY) ? 1.f : exp2f(m_run[i] - m_new);
       p[2 * i] = (m_new == -INFINITY) ? 0.f : exp2f(s[2 * i] - m_new);
@@ -396,17 +453,25 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
       o[nt][2] *= alpha[1];
       o[nt][3] *= alpha[1];
     }
-    *reinterpret_cast<uint32_t*>(sP + lr[0] * SP_ROW + ch * 8 + 2 * qd) = pack_bf16x2(p[0], p[1]);
-    *reinterpret_cast<uint32_t*>(sP + lr[1] * SP_ROW + ch * 8 + 2 * qd) = pack_bf16x2(p[2], p[3]);
-    __syncthreads();  // (D) P (both halves) and the draft V rows are in smem
+    // P.V weights: prefix keys carry v_scale (l_run above stays unscaled, as Triton's deno).
+    const int jp = j0 + ch * 8 + 2 * qd;
+    const float w0 = jp < prefix_len ? v_scale : 1.f;
+    const float w1 = jp + 1 < prefix_len ? v_scale : 1.f;
+    *reinterpret_cast<uint32_t*>(sP + lr[0] * SP_ROW + ch * 8 + 2 * qd) = pack_bf16x2(p[0] * w0, p[1] * w1);
+    *reinterpret_cast<uint32_t*>(sP + lr[1] * SP_ROW + ch * 8 + 2 * qd) = pack_bf16x2(p[2] * w0, p[3] * w1);
+    __syncthreads();  // (D) P (all column groups) and the draft V rows are in smem
 
-    // ---- O += P V: rows rg*16.., dims ch*256.. ----
-    {
+    // ---- O += P V: rows rg*16.., dims ch*DV_PER_WARP.., BN / 16 k16 steps over the tile's keys ----
+    // Not unrolled: with BN = 32 two unrolled k-steps hoist 2 x 16 V fragments and the bf16 kernel of
+    // the 32-row layout spills (255 registers); one step at a time it has 0 spills.
+#pragma unroll 1
+    for (int ks = 0; ks < BN / 16; ++ks) {
       uint32_t pa[4];
-      ldmatrix_x4(pa, sP + (rg * 16 + (lane & 15)) * SP_ROW + (lane >> 4) * 8);
-      // ldmatrix.trans matrix i = lane/8: keys (i&1)*8.., dims base + (i>>1)*8.. ->
+      ldmatrix_x4(pa, sP + (rg * 16 + (lane & 15)) * SP_ROW + ks * 16 + (lane >> 4) * 8);
+      // ldmatrix.trans matrix i = lane/8: keys ks*16 + (i&1)*8.., dims base + (i>>1)*8.. ->
       // regs {b0,b1} of n-tile base and {b0,b1} of n-tile base+8.
-      const __nv_bfloat16* vb = sK + (((lane >> 3) & 1) * 8 + (lane & 7)) * SROW + ch * DV_PER_WARP + (lane >> 4) * 8;
+      const __nv_bfloat16* vb =
+          sK + (ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * SROW + ch * DV_PER_WARP + (lane >> 4) * 8;
 #pragma unroll
       for (int np = 0; np < NT_O / 2; ++np) {
         uint32_t b[4];
@@ -415,9 +480,11 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
         mma_bf16(o[2 * np + 1], pa, b[2], b[3]);
       }
     }
+    // Park the index of tile + 2 in the slot tile - 1 used (read before (A) of this tile).
+    if (tid < BN) sIdx[((ring + 2) % IDX_RING) * BN + tid] = next_slot;
   }
 
-  // ---- row sums across the quad and the two halves ----
+  // ---- row sums across the quad and the column groups ----
   float l_tot[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) l_tot[i] = quad_sum(l_run[i]);
@@ -427,7 +494,11 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
   }
   __syncthreads();
 #pragma unroll
-  for (int i = 0; i < 2; ++i) l_tot[i] += sL[(1 - ch) * BM + lr[i]];
+  for (int i = 0; i < 2; ++i) {
+    l_tot[i] = 0.f;
+#pragma unroll
+    for (int c = 0; c < CG; ++c) l_tot[i] += sL[c * BM + lr[i]];
+  }
 
   // ---- epilogue ----
 #pragma unroll
@@ -460,6 +531,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
 constexpr int COMBINE_THREADS = DV / 4;
 static_assert(COMBINE_THREADS == 128, "combine: 4 dims per thread");
 
+template <int BM>
 __global__ void __launch_bounds__(COMBINE_THREADS) combine_kernel(const kdtree_verify_args a) {
   const int H = a.num_heads;
   const int m_blocks = gridDim.x / BM;
@@ -516,58 +588,94 @@ KDTREE_EXPORT int kdtree_verify_abi_version(void) { return KDTREE_VERIFY_ABI_VER
 KDTREE_EXPORT const char* kdtree_verify_build_info(void) {
   return "archs=" KDTREE_ARCHS " nvcc=" KDTREE_STR(__CUDACC_VER_MAJOR__) "." KDTREE_STR(
       __CUDACC_VER_MINOR__) " abi=" KDTREE_STR(KDTREE_VERIFY_ABI_VERSION) " block_m=" KDTREE_STR(KDTREE_BLOCK_M)
-      " block_n=" KDTREE_STR(KDTREE_BLOCK_N);
+      " block_n=" KDTREE_STR(KDTREE_BLOCK_N) " block_m_small=" KDTREE_STR(KDTREE_BLOCK_M_SMALL) " fault=" KDTREE_STR(KDTREE_FAULT);
 }
 
 KDTREE_EXPORT int kdtree_verify_prepare(int device) {
+  using kdtree::KvBf16;
+  using kdtree::KvFp8;
+  using kdtree::Layout32;
+  using kdtree::Layout64;
   int optin = 0;
   if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
     cudaGetLastError();
     return KDTREE_ERR_LAUNCH;
   }
-  if (optin < kdtree::SMEM_BYTES) return KDTREE_ERR_SMEM;
-  if (cudaFuncSetAttribute(kdtree::verify_attn_kernel<kdtree::KvBf16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           kdtree::SMEM_BYTES) != cudaSuccess ||
-      cudaFuncSetAttribute(kdtree::verify_attn_kernel<kdtree::KvFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           kdtree::SMEM_BYTES) != cudaSuccess) {
+  if (optin < Layout64::SMEM_BYTES || optin < Layout32::SMEM_BYTES) return KDTREE_ERR_SMEM;
+  const auto attr = cudaFuncAttributeMaxDynamicSharedMemorySize;
+  if (cudaFuncSetAttribute(kdtree::verify_attn_kernel<KvBf16, Layout64::BM>, attr, Layout64::SMEM_BYTES) != cudaSuccess ||
+      cudaFuncSetAttribute(kdtree::verify_attn_kernel<KvFp8, Layout64::BM>, attr, Layout64::SMEM_BYTES) != cudaSuccess ||
+      cudaFuncSetAttribute(kdtree::verify_attn_kernel<KvBf16, Layout32::BM>, attr, Layout32::SMEM_BYTES) != cudaSuccess ||
+      cudaFuncSetAttribute(kdtree::verify_attn_kernel<KvFp8, Layout32::BM>, attr, Layout32::SMEM_BYTES) != cudaSuccess) {
     cudaGetLastError();
     return KDTREE_ERR_LAUNCH;
   }
   // With lazy module loading (the default) a kernel is loaded at its first launch. The combine
-  // kernel runs only when a call splits the prefix, which may first happen inside a CUDA-graph
-  // capture; querying its attributes here loads it now, outside any capture.
+  // kernels run only when a call splits the prefix, which may first happen inside a CUDA-graph
+  // capture; querying their attributes here loads them now, outside any capture.
   cudaFuncAttributes combine_attr;
-  if (cudaFuncGetAttributes(&combine_attr, kdtree::combine_kernel) != cudaSuccess) {
+  if (cudaFuncGetAttributes(&combine_attr, kdtree::combine_kernel<Layout64::BM>) != cudaSuccess ||
+      cudaFuncGetAttributes(&combine_attr, kdtree::combine_kernel<Layout32::BM>) != cudaSuccess) {
     cudaGetLastError();
     return KDTREE_ERR_LAUNCH;
   }
   return KDTREE_OK;
 }
 
+KDTREE_EXPORT int kdtree_verify_block_m(int num_heads, int max_extend_len, int hint) {
+  const int64_t rows = static_cast<int64_t>(num_heads > 0 ? num_heads : 1) * (max_extend_len > 0 ? max_extend_len : 1);
+  const bool small_fits = rows <= KDTREE_BLOCK_M_SMALL;
+  if (hint == 0) return small_fits ? KDTREE_BLOCK_M_SMALL : KDTREE_BLOCK_M;
+  if (hint == KDTREE_BLOCK_M) return KDTREE_BLOCK_M;
+  if (hint == KDTREE_BLOCK_M_SMALL && small_fits) return KDTREE_BLOCK_M_SMALL;
+  return -1;
+}
+
+KDTREE_EXPORT int kdtree_verify_block_n(int block_m) {
+  return block_m == KDTREE_BLOCK_M_SMALL ? KDTREE_BLOCK_N_SMALL : block_m == KDTREE_BLOCK_M ? KDTREE_BLOCK_N : -1;
+}
+
 static int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+static int64_t m_blocks_of(int num_heads, int max_extend_len) {
+  return ceil_div64(static_cast<int64_t>(max_extend_len) * num_heads, KDTREE_BLOCK_M);
+}
+
+KDTREE_EXPORT int kdtree_verify_min_split_tiles(int num_heads, int max_extend_len, int kv_dtype) {
+  // A split writes rows x (512 + 1) fp32 (partial O + lse) and the combine reads them back: 2 x 4 x 513
+  // bytes per row. Its KV costs 576 x (2 | 1) bytes per key. Keep the partials at most 1/PARTIAL_DEN
+  // of the KV bytes: keys >= PARTIAL_DEN x 2 x 4 x 513 x rows / bytes_per_key. For 64 rows of a bf16
+  // cache that is 913 keys (58 tiles); 32 rows (H=8, n=4): 29 tiles; fp8 doubles both.
+  const int64_t hn = static_cast<int64_t>(num_heads > 0 ? num_heads : 1) * (max_extend_len > 0 ? max_extend_len : 1);
+  const int64_t rows = hn < KDTREE_BLOCK_M ? hn : KDTREE_BLOCK_M;
+  const int64_t bytes_per_key = static_cast<int64_t>(KDTREE_HEAD_DIM) * (kv_dtype == KDTREE_KV_FP8_E4M3 ? 1 : 2);
+  const int64_t partial_bytes = 2 * rows * (KDTREE_V_DIM + 1) * static_cast<int64_t>(sizeof(float));
+  const int64_t keys = ceil_div64(KDTREE_PARTIAL_DEN * partial_bytes, bytes_per_key);
+  const int64_t tiles = ceil_div64(keys, KDTREE_BLOCK_N);
+  return static_cast<int>(tiles > KDTREE_MIN_SPLIT_TILES ? tiles : KDTREE_MIN_SPLIT_TILES);
+}
+
 KDTREE_EXPORT int kdtree_verify_num_splits(int num_sms, int batch_size, int num_heads, int max_extend_len,
-                                           int64_t max_kv_len) {
-  // One CTA per SM (the kernel uses ~95 KB of shared memory and 256 threads x <=255 registers):
-  // aim for one full wave of CTAs, but keep at least 4 tiles (64 keys) per split of the longest
-  // possible request, which is bounded by the kv_indices buffer length + max_extend_len.
+                                           int64_t max_kv_len, int kv_dtype) {
+  // One CTA per SM (~98 KB of shared memory, 256 threads x <= 255 registers). A ceiling division
+  // ceil(SMs / ctas) launches a second, partial wave for most batch sizes (batch 8 on 132 SMs: 136
+  // CTAs = two waves, twice the time); floor(SMs / ctas) fills at most one whole wave. Each split
+  // of the longest possible request (kv_indices length + max_extend_len) keeps at least
+  // kdtree_verify_min_split_tiles tiles, so the partial outputs stay a small part of the traffic.
   if (num_sms < 1) num_sms = 1;
-  const int64_t m_blocks = ceil_div64(static_cast<int64_t>(max_extend_len > 0 ? max_extend_len : 1) *
-                                          (num_heads > 0 ? num_heads : 1),
-                                      KDTREE_BLOCK_M);
-  const int64_t ctas = (batch_size > 0 ? batch_size : 1) * m_blocks;
-  int64_t splits = ceil_div64(num_sms, ctas);
+  const int64_t ctas = (batch_size > 0 ? batch_size : 1) * m_blocks_of(num_heads > 0 ? num_heads : 1,
+                                                                       max_extend_len > 0 ? max_extend_len : 1);
+  int64_t splits = ctas >= num_sms ? 1 : num_sms / ctas;
   const int64_t max_tokens = (max_kv_len > 0 ? max_kv_len : 0) + (max_extend_len > 0 ? max_extend_len : 0);
-  const int64_t by_len = ceil_div64(max_tokens > 0 ? max_tokens : 1, KDTREE_MIN_SPLIT_TILES * KDTREE_BLOCK_N);
+  const int64_t min_keys = static_cast<int64_t>(kdtree_verify_min_split_tiles(num_heads, max_extend_len, kv_dtype)) *
+                           KDTREE_BLOCK_N;
+  const int64_t by_len = ceil_div64(max_tokens > 0 ? max_tokens : 1, min_keys);
   if (splits > by_len) splits = by_len;
   if (splits > KDTREE_MAX_SPLITS) splits = KDTREE_MAX_SPLITS;
   if (splits < 1) splits = 1;
   return static_cast<int>(splits);
 }
 
-static int64_t m_blocks_of(int num_heads, int max_extend_len) {
-  return ceil_div64(static_cast<int64_t>(max_extend_len) * num_heads, KDTREE_BLOCK_M);
-}
 
 KDTREE_EXPORT int64_t kdtree_verify_workspace_bytes(int batch_size, int num_heads, int max_extend_len,
                                                     int num_splits) {
@@ -579,39 +687,57 @@ KDTREE_EXPORT int64_t kdtree_verify_workspace_bytes(int batch_size, int num_head
 
 KDTREE_EXPORT int64_t kdtree_verify_max_workspace_bytes(int num_sms) {
   // kdtree_verify_num_splits returns s > 1 only when ctas = batch * m_blocks < num_sms, with
-  // s <= ceil(num_sms / ctas), so s * ctas <= num_sms + ctas - 1 < 2 * num_sms.
+  // s <= floor(num_sms / ctas), so s * ctas <= num_sms.
   if (num_sms < 1) num_sms = 1;
-  return static_cast<int64_t>(2) * num_sms * KDTREE_BLOCK_M * (KDTREE_V_DIM + 1) * static_cast<int64_t>(sizeof(float));
+  return static_cast<int64_t>(num_sms) * KDTREE_BLOCK_M * (KDTREE_V_DIM + 1) * static_cast<int64_t>(sizeof(float));
 }
 
 KDTREE_EXPORT int kdtree_verify_run(const kdtree_verify_args* a, void* stream) {
   if (a == nullptr) return KDTREE_ERR_ARG;
   if (a->struct_size != static_cast<int32_t>(sizeof(kdtree_verify_args))) return KDTREE_ERR_STRUCT;
   if (a->kv_dtype != KDTREE_KV_BF16 && a->kv_dtype != KDTREE_KV_FP8_E4M3) return KDTREE_ERR_ARG;
+  if (a->mask_mode != KDTREE_MASK_TREE && a->mask_mode != KDTREE_MASK_CAUSAL) return KDTREE_ERR_ARG;
   if (a->num_heads < 1 || a->batch_size < 0 || a->batch_size > 65535 || a->max_extend_len < 0 ||
       a->num_tokens < 0 || a->num_splits < 1 || a->num_splits > KDTREE_MAX_SPLITS)
     return KDTREE_ERR_ARG;
   if (a->batch_size == 0 || a->num_tokens == 0 || a->max_extend_len == 0) return KDTREE_OK;
   if (!a->q || !a->k_extend || !a->v_extend || !a->kv_buffer || !a->qo_indptr || !a->kv_indptr ||
-      !a->kv_indices || !a->mask_indptr || !a->custom_mask || !a->out)
+      !a->kv_indices || !a->out)
     return KDTREE_ERR_ARG;
+  if (a->mask_mode == KDTREE_MASK_TREE && (!a->mask_indptr || !a->custom_mask)) return KDTREE_ERR_ARG;
   if (a->num_splits > 1) {
     const int64_t need =
         kdtree_verify_workspace_bytes(a->batch_size, a->num_heads, a->max_extend_len, a->num_splits);
     if (a->workspace == nullptr || a->workspace_bytes < need) return KDTREE_ERR_WORKSPACE;
   }
-  const int64_t m_blocks = m_blocks_of(a->num_heads, a->max_extend_len);
-  if (m_blocks * KDTREE_BLOCK_M > 0x7fffffff) return KDTREE_ERR_ARG;
+  const int bm = kdtree_verify_block_m(a->num_heads, a->max_extend_len, a->block_m);
+  if (bm < 0) return KDTREE_ERR_ARG;
+  // With bm = 32 (only when H * max_extend_len <= 32) there is one m-block, as with 64: the split
+  // count and the workspace bound computed for 64-row blocks hold.
+  const int64_t m_blocks = ceil_div64(static_cast<int64_t>(a->max_extend_len) * a->num_heads, bm);
+  if (m_blocks * bm > 0x7fffffff) return KDTREE_ERR_ARG;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(a->num_splits),
                   static_cast<unsigned>(a->batch_size));
-  if (a->kv_dtype == KDTREE_KV_BF16)
-    kdtree::verify_attn_kernel<kdtree::KvBf16><<<grid, kdtree::NTHREADS, kdtree::SMEM_BYTES, s>>>(*a);
+  const int min_tiles = kdtree_verify_min_split_tiles(a->num_heads, a->max_extend_len, a->kv_dtype);
+  constexpr int T = kdtree::NTHREADS;
+  constexpr int M64 = kdtree::Layout64::BM, M32 = kdtree::Layout32::BM;
+  constexpr int S64 = kdtree::Layout64::SMEM_BYTES, S32 = kdtree::Layout32::SMEM_BYTES;
+  const bool bf16 = a->kv_dtype == KDTREE_KV_BF16;
+  if (bm == M64 && bf16)
+    kdtree::verify_attn_kernel<kdtree::KvBf16, M64><<<grid, T, S64, s>>>(*a, min_tiles);
+  else if (bm == M64)
+    kdtree::verify_attn_kernel<kdtree::KvFp8, M64><<<grid, T, S64, s>>>(*a, min_tiles);
+  else if (bf16)
+    kdtree::verify_attn_kernel<kdtree::KvBf16, M32><<<grid, T, S32, s>>>(*a, min_tiles);
   else
-    kdtree::verify_attn_kernel<kdtree::KvFp8><<<grid, kdtree::NTHREADS, kdtree::SMEM_BYTES, s>>>(*a);
+    kdtree::verify_attn_kernel<kdtree::KvFp8, M32><<<grid, T, S32, s>>>(*a, min_tiles);
   if (a->num_splits > 1) {
-    const dim3 cgrid(static_cast<unsigned>(m_blocks * KDTREE_BLOCK_M), static_cast<unsigned>(a->batch_size));
-    kdtree::combine_kernel<<<cgrid, kdtree::COMBINE_THREADS, 0, s>>>(*a);
+    const dim3 cgrid(static_cast<unsigned>(m_blocks * bm), static_cast<unsigned>(a->batch_size));
+    if (bm == M64)
+      kdtree::combine_kernel<M64><<<cgrid, kdtree::COMBINE_THREADS, 0, s>>>(*a);
+    else
+      kdtree::combine_kernel<M32><<<cgrid, kdtree::COMBINE_THREADS, 0, s>>>(*a);
   }
   return cudaGetLastError() == cudaSuccess ? KDTREE_OK : KDTREE_ERR_LAUNCH;
 }

@@ -123,8 +123,10 @@ def unsupported_reason(backend, q, k, v, layer, forward_batch, sinks, score_mod,
     if (getattr(layer, "xai_temperature_len", -1) or -1) > 0:
         return "xai temperature"
     md = backend.forward_metadata
-    if md is None or md.custom_mask is None:
-        return "no tree mask"
+    if md is None:
+        return "no forward metadata"
+    # md.custom_mask None is a causal draft block (DFlash, and any spec_info without a mask): the
+    # original runs extend_attention_fwd with is_causal=True, which the kernel serves (mask_mode causal).
     # The kernel's grid covers batch x max_extend_len rows per head (as Triton's does); a token
     # beyond that would be left unwritten, so such a call goes to the original. Shapes only: no sync.
     if q.shape[0] > _batch_size(md) * int(md.max_extend_len):
@@ -180,10 +182,20 @@ def _write_kv_like_original(backend, layer, forward_batch, k, v) -> None:
         backend.token_to_kv_pool.set_kv_buffer(layer, loc_info, k.clone().div_(layer.k_scale), v)
 
 
+def descales(layer: Any) -> tuple[float, float]:
+    """(k_scale, v_scale) as the 0.5.23 `forward_extend` passes them to `extend_attention_fwd`:
+    `layer.k_scale_float` / `layer.v_scale_float` when both scales are set, else (1.0, 1.0), even when
+    only `k_scale` is set (the KV write still divides K by it). Matching this keeps validate mode
+    comparing like with like; files/csrc/README.md ("Scales") records the decision."""
+    if layer.k_scale is not None and layer.v_scale is not None:
+        return float(layer.k_scale_float), float(layer.v_scale_float)
+    return 1.0, 1.0
+
+
 def _kernel_args(backend, q, k, v, layer, out) -> dict[str, Any]:
     md = backend.forward_metadata
     heads = layer.tp_q_head_num
-    kv_scale = float(layer.k_scale_float) if layer.k_scale is not None else 1.0
+    k_scale, v_scale = descales(layer)
     return {
         "q": q.view(-1, heads, HEAD_DIM_QK),
         "k_extend": k.view(-1, 1, HEAD_DIM_QK),
@@ -197,7 +209,8 @@ def _kernel_args(backend, q, k, v, layer, out) -> dict[str, Any]:
         "batch_size": _batch_size(md),
         "max_extend_len": int(md.max_extend_len),
         "sm_scale": float(layer.scaling),
-        "kv_scale": kv_scale,
+        "k_scale": k_scale,
+        "v_scale": v_scale,
         "out": out.view(-1, heads, HEAD_DIM_V),
     }
 
@@ -237,7 +250,7 @@ def dispatch(original, backend, q, k, v, layer, forward_batch, save_kv_cache, si
 
 
 def _validate(run_original, kernel, backend, q, k, v, layer):
-    from kdtree_verify.validate import ValidateStats, is_capturing
+    from kdtree_verify.validate import ValidateStats, is_capturing, rel_tol_for
 
     triton_out = run_original()  # writes the KV cache, as always
     with LOCK:
@@ -253,6 +266,7 @@ def _validate(run_original, kernel, backend, q, k, v, layer):
     except Exception as exc:
         _runtime_fallback(f"kernel call failed: {type(exc).__name__}: {exc}")
         return triton_out
-    stats.record(out, triton_out.view(out.shape))
+    kv_dtype = _dtype_name(backend.token_to_kv_pool.get_key_buffer(layer.layer_id))
+    stats.record(out, triton_out.view(out.shape), rel_tol=rel_tol_for(kv_dtype))
     STATE.count("validate")
     return triton_out

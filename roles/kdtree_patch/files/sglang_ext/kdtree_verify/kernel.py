@@ -22,7 +22,7 @@ from kdtree_verify.shapes import HEAD_DIM_QK, HEAD_DIM_V
 
 log = logging.getLogger(__name__)
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 # Error codes of kdtree_verify_run (mirror of kdtree_verify.h).
 _ERR_NAMES = {
@@ -39,6 +39,7 @@ _LAUNCH_SYMBOLS = (
     "kdtree_verify_run",
     "kdtree_verify_prepare",
     "kdtree_verify_num_splits",
+    "kdtree_verify_min_split_tiles",
     "kdtree_verify_workspace_bytes",
     "kdtree_verify_max_workspace_bytes",
 )
@@ -49,7 +50,7 @@ class KernelUnavailable(Exception):
 
 
 class _Args(ctypes.Structure):
-    """Mirror of ``kdtree_verify_args`` in roles/kdtree_build/files/csrc/kdtree_verify.h (ABI_VERSION 1)."""
+    """Mirror of ``kdtree_verify_args`` in roles/kdtree_build/files/csrc/kdtree_verify.h (ABI_VERSION 2)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_int32),
@@ -82,10 +83,16 @@ class _Args(ctypes.Structure):
         ("max_extend_len", ctypes.c_int32),
         ("num_tokens", ctypes.c_int32),
         ("num_splits", ctypes.c_int32),
-        ("pad0", ctypes.c_int32),
+        ("mask_mode", ctypes.c_int32),
         ("sm_scale", ctypes.c_float),
-        ("kv_scale", ctypes.c_float),
+        ("k_scale", ctypes.c_float),
+        ("v_scale", ctypes.c_float),
+        ("block_m", ctypes.c_int32),
     ]
+
+
+MASK_TREE, MASK_CAUSAL = 0, 1  # enum kdtree_mask_mode
+KV_BF16, KV_FP8_E4M3 = 0, 1  # enum kdtree_kv_dtype
 
 
 def _sha256(path: str) -> str:
@@ -172,7 +179,10 @@ class VerifyKernel:
             ctypes.c_int,
             ctypes.c_int,
             ctypes.c_int64,
+            ctypes.c_int,
         ]
+        lib.kdtree_verify_min_split_tiles.restype = ctypes.c_int
+        lib.kdtree_verify_min_split_tiles.argtypes = [ctypes.c_int] * 3
         lib.kdtree_verify_workspace_bytes.restype = ctypes.c_int64
         lib.kdtree_verify_workspace_bytes.argtypes = [ctypes.c_int] * 4
         lib.kdtree_verify_max_workspace_bytes.restype = ctypes.c_int64
@@ -237,9 +247,21 @@ class VerifyKernel:
         batch_size: int,
         max_extend_len: int,
         sm_scale: float,
-        kv_scale: float,
+        k_scale: float = 1.0,
+        v_scale: float = 1.0,
+        block_m: int = 0,
         out,
     ) -> None:
+        """Enqueue one verify attention on torch's current stream (no sync, no allocation).
+
+        q bf16 [T, H, HEAD_DIM_QK]; k_extend bf16 [>=T, 1, HEAD_DIM_QK]; v_extend bf16 [>=T, 1, HEAD_DIM_V];
+        kv_buffer bf16 or float8_e4m3fn [P, 1, HEAD_DIM_QK]; qo_indptr, kv_indptr, mask_indptr
+        int32/int64 [>=B+1]; kv_indices int32/int64 [>=kv_indptr[B]]; custom_mask bool/uint8 flat, or
+        None for causal draft blocks (then mask_indptr may be None too); out bf16 [T, H, HEAD_DIM_V].
+        k_scale / v_scale multiply the prefix scores / prefix P.V terms, as SGLang's k/v_descale.
+        block_m 0 lets the library pick its CTA layout (32 rows when H * max_extend_len <= 32, else 64);
+        32 or 64 force one (tests compare the two).
+        """
         torch = self._torch
         validate_args(
             torch,
@@ -264,11 +286,13 @@ class VerifyKernel:
         if reason:
             raise KernelUnavailable(reason)
         num_tokens, num_heads = int(q.shape[0]), int(q.shape[1])
+        causal = custom_mask is None
         if batch_size == 0 or num_tokens == 0 or max_extend_len == 0:
             return
+        kv_dtype = KV_FP8_E4M3 if kv_buffer.dtype == torch.float8_e4m3fn else KV_BF16
         splits = int(
             self.lib.kdtree_verify_num_splits(
-                self._num_sms[index], batch_size, num_heads, max_extend_len, int(kv_indices.numel())
+                self._num_sms[index], batch_size, num_heads, max_extend_len, int(kv_indices.numel()), kv_dtype
             )
         )
         ws = self._workspace[index]
@@ -277,11 +301,11 @@ class VerifyKernel:
             raise RuntimeError(f"kdtree_verify workspace {ws.numel()} < {ws_bytes} bytes")
         args = _Args(
             struct_size=ctypes.sizeof(_Args),
-            kv_dtype=1 if kv_buffer.dtype == torch.float8_e4m3fn else 0,
+            kv_dtype=kv_dtype,
             qo_indptr_i64=int(qo_indptr.dtype == torch.int64),
             kv_indptr_i64=int(kv_indptr.dtype == torch.int64),
             kv_indices_i64=int(kv_indices.dtype == torch.int64),
-            mask_indptr_i64=int(mask_indptr.dtype == torch.int64),
+            mask_indptr_i64=int(mask_indptr is not None and mask_indptr.dtype == torch.int64),
             q=q.data_ptr(),
             q_stride_t=q.stride(0),
             q_stride_h=q.stride(1),
@@ -294,8 +318,8 @@ class VerifyKernel:
             qo_indptr=qo_indptr.data_ptr(),
             kv_indptr=kv_indptr.data_ptr(),
             kv_indices=kv_indices.data_ptr(),
-            mask_indptr=mask_indptr.data_ptr(),
-            custom_mask=custom_mask.data_ptr(),
+            mask_indptr=None if causal else mask_indptr.data_ptr(),
+            custom_mask=None if causal else custom_mask.data_ptr(),
             out=out.data_ptr(),
             out_stride_t=out.stride(0),
             out_stride_h=out.stride(1),
@@ -306,9 +330,11 @@ class VerifyKernel:
             max_extend_len=max_extend_len,
             num_tokens=num_tokens,
             num_splits=splits,
-            pad0=0,
+            mask_mode=MASK_CAUSAL if causal else MASK_TREE,
             sm_scale=float(sm_scale),
-            kv_scale=float(kv_scale),
+            k_scale=float(k_scale),
+            v_scale=float(v_scale),
+            block_m=int(block_m),
         )
         stream = torch.cuda.current_stream(dev).cuda_stream
         with torch.cuda.device(index):
@@ -376,17 +402,26 @@ def validate_args(
         f"out must be [{num_tokens}, {num_heads}, {HEAD_DIM_V}], got {tuple(out.shape)}",
     )
     need(out.dtype == torch.bfloat16, f"out must be bfloat16, got {out.dtype}")
-    for name, t in (("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr), ("mask_indptr", mask_indptr)):
+    indptrs = [("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr)]
+    if custom_mask is not None:  # causal draft blocks (custom_mask None) read no mask_indptr
+        need(mask_indptr is not None, "mask_indptr is required with a custom_mask")
+        if mask_indptr is not None:
+            indptrs.append(("mask_indptr", mask_indptr))
+    for name, t in indptrs:
         need(_is_index(torch, t), f"{name} must be int32 or int64, got {t.dtype}")
         need(t.dim() == 1 and t.shape[0] >= batch_size + 1, f"{name} needs >= batch_size+1 entries")
         need(t.dim() != 1 or t.stride(0) == 1, f"{name} must be contiguous")
     need(_is_index(torch, kv_indices), f"kv_indices must be int32 or int64, got {kv_indices.dtype}")
     need(kv_indices.dim() == 1 and kv_indices.stride(0) == 1, "kv_indices must be a contiguous 1-d tensor")
-    need(
-        custom_mask.dtype in (torch.bool, torch.uint8),
-        f"custom_mask must be bool or uint8, got {custom_mask.dtype}",
-    )
-    need(custom_mask.dim() == 1 and custom_mask.stride(0) == 1, "custom_mask must be a contiguous 1-d tensor")
+    if custom_mask is not None:
+        need(
+            custom_mask.dtype in (torch.bool, torch.uint8),
+            f"custom_mask must be bool or uint8, got {custom_mask.dtype}",
+        )
+        need(
+            custom_mask.dim() == 1 and custom_mask.stride(0) == 1,
+            "custom_mask must be a contiguous 1-d tensor",
+        )
     need(batch_size >= 0, "batch_size must be >= 0")
     need(max_extend_len >= 0, "max_extend_len must be >= 0")
     need(num_heads >= 1, "need at least one head")
@@ -402,7 +437,7 @@ def validate_args(
         "custom_mask": custom_mask,
         "mask_indptr": mask_indptr,
     }
-    devices = {t.device for t in tensors.values()}
+    devices = {t.device for t in tensors.values() if t is not None}
     need(len(devices) == 1, f"all tensors must be on one device, got {sorted(map(str, devices))}")
     # 16-byte vector loads: last dim contiguous, row strides and bases 16-byte aligned.
     for name in ("q", "k_extend", "v_extend", "kv_buffer", "out"):

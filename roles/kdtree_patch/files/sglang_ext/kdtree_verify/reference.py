@@ -6,7 +6,11 @@ usable library the original Triton method runs.
 Visibility, as SGLang's `extend_attention_fwd` with `skip_prefix_custom_mask=True`: the committed
 prefix of request r (pool slots `kv_indices[kv_indptr[r]:kv_indptr[r+1]]`) is fully visible; draft
 token `row` sees draft token `col` when
-`custom_mask[mask_indptr[r] + row * (prefix_len + n) + prefix_len + col]` is non-zero.
+`custom_mask[mask_indptr[r] + row * (prefix_len + n) + prefix_len + col]` is non-zero, or, with
+`custom_mask=None` (DFlash, and SGLang's `is_causal=True` path), when `col <= row`.
+
+Scales, as `extend_attention_fwd`'s `k_scale` / `v_scale`: prefix scores are multiplied by `k_scale`,
+prefix values by `v_scale`; the draft tokens' own K/V are never scaled.
 """
 
 from __future__ import annotations
@@ -34,6 +38,11 @@ def tree_mask(parents: list[int]) -> torch.Tensor:
     return mask
 
 
+def causal_mask(n: int) -> torch.Tensor:
+    """[n, n] bool: the draft block of a chain (`custom_mask=None`): row t sees columns c <= t."""
+    return torch.ones((n, n), dtype=torch.bool).tril()
+
+
 def verify_attention_reference(
     *,
     q: torch.Tensor,
@@ -43,20 +52,26 @@ def verify_attention_reference(
     qo_indptr: torch.Tensor,
     kv_indptr: torch.Tensor,
     kv_indices: torch.Tensor,
-    custom_mask: torch.Tensor,
-    mask_indptr: torch.Tensor,
+    custom_mask: torch.Tensor | None,
+    mask_indptr: torch.Tensor | None,
     batch_size: int,
     sm_scale: float,
-    kv_scale: float = 1.0,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> torch.Tensor:
-    """[T, H, HEAD_DIM_V] float32 (T = qo_indptr[batch_size])."""
+    """[T, H, HEAD_DIM_V] float32 (T = qo_indptr[batch_size]).
+
+    q [T, H, HEAD_DIM_QK]; k_extend [T, 1, HEAD_DIM_QK]; v_extend [T, 1, HEAD_DIM_V]; kv_buffer
+    [P, 1, HEAD_DIM_QK] (any float dtype, V = its first HEAD_DIM_V dims); qo_indptr, kv_indptr,
+    mask_indptr [>= B+1] and kv_indices, any integer dtype; custom_mask bool/uint8 flat or None (causal).
+    """
     qo = qo_indptr.tolist()
     kvp = kv_indptr.tolist()
-    mptr = mask_indptr.tolist()
+    mptr = mask_indptr.tolist() if custom_mask is not None else None
     total = qo[batch_size]
     heads = q.shape[1]
     out = torch.zeros((total, heads, v_extend.shape[-1]), dtype=torch.float32, device=q.device)
-    mask = custom_mask.reshape(-1) != 0
+    mask = custom_mask.reshape(-1) != 0 if custom_mask is not None else None
     for r in range(batch_size):
         q0, q1 = qo[r], qo[r + 1]
         n = q1 - q0
@@ -64,15 +79,18 @@ def verify_attention_reference(
             continue
         slots = kv_indices[kvp[r] : kvp[r + 1]].long()
         prefix = slots.numel()
-        k_prefix = kv_buffer[slots, 0, :].float() * kv_scale  # [P, shapes.HEAD_DIM_QK]
-        keys = torch.cat([k_prefix, k_extend[q0:q1, 0, :].float()], dim=0)  # [P+n, shapes.HEAD_DIM_QK]
+        latent = kv_buffer[slots, 0, :].float()  # [P, shapes.HEAD_DIM_QK]
+        keys = torch.cat([latent * k_scale, k_extend[q0:q1, 0, :].float()], dim=0)  # [P+n, HEAD_DIM_QK]
         values = torch.cat(
-            [k_prefix[:, :HEAD_DIM_V], v_extend[q0:q1, 0, :].float()], dim=0
+            [latent[:, :HEAD_DIM_V] * v_scale, v_extend[q0:q1, 0, :].float()], dim=0
         )  # [P+n, HEAD_DIM_V]
         scores = torch.einsum("thd,sd->hts", q[q0:q1].float(), keys) * sm_scale  # [H, n, P+n]
-        rows = torch.arange(n, device=q.device).view(n, 1) * (prefix + n)
-        cols = prefix + torch.arange(n, device=q.device).view(1, n)
-        draft_visible = mask[mptr[r] + rows + cols]  # [n, n]
+        if mask is None:
+            draft_visible = causal_mask(n).to(q.device)  # [n, n]
+        else:
+            rows = torch.arange(n, device=q.device).view(n, 1) * (prefix + n)
+            cols = prefix + torch.arange(n, device=q.device).view(1, n)
+            draft_visible = mask[mptr[r] + rows + cols]  # [n, n]
         visible = torch.cat(
             [torch.ones((n, prefix), dtype=torch.bool, device=q.device), draft_visible], dim=1
         )

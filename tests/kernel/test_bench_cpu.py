@@ -1,0 +1,52 @@
+"""bench/kernel_bench.py without a GPU: the roofline arithmetic and the goal verdicts it prints."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+import kernel_bench as kb
+from kdtree_verify.shapes import HEAD_DIM_QK, HEAD_DIM_V
+
+
+def _row(**kw) -> kb.Row:
+    base = {
+        "batch": 1, "n": 4, "prefix": 32768, "heads": 8, "kv_dtype": "bfloat16", "splits": 100,
+        "kernel_us": 10.0, "kv_gbps": 1.0, "frac_peak": 0.9, "triton_us": 100.0, "speedup": 10.0,
+        "max_abs_diff": 0.0,
+    }  # fmt: skip
+    return kb.Row(**{**base, **kw})
+
+
+def test_roofline_is_the_larger_of_the_byte_and_the_flop_bounds():
+    nbytes, flops, us = kb.roofline_us(1, 4, 32768, 8, 2, 4800.0, 989.0)
+    assert (
+        nbytes
+        == 32768 * HEAD_DIM_QK * 2
+        + 4 * 8 * (HEAD_DIM_QK + HEAD_DIM_V) * 2
+        + 4 * (HEAD_DIM_QK + HEAD_DIM_V) * 2
+    )
+    assert flops == 2 * (HEAD_DIM_QK + HEAD_DIM_V) * 4 * 8 * (32768 + 4)
+    assert us == pytest.approx(max(nbytes / 4.8e12, flops / 989e12) * 1e6)
+    # H = 128, n = 16: compute-bound on an H200
+    nbytes, flops, us = kb.roofline_us(1, 16, 32768, 128, 2, 4800.0, 989.0)
+    assert us == pytest.approx(flops / 989e12 * 1e6) and flops / 989e12 > nbytes / 4.8e12
+
+
+def test_goals_pass_and_fail_with_their_figures():
+    verdicts = dict((text.split(" (")[0], v) for text, v in kb.goals([_row()]))
+    assert verdicts == {
+        ">= 80% of roofline at prefix >= 32k, H*n <= 64": "PASS",
+        ">= 5x Triton at prefix >= 8k": "PASS",
+        "never slower than Triton": "PASS",
+    }
+    rows = [_row(), _row(frac_peak=0.5), _row(prefix=1024, speedup=0.8), _row(prefix=8192, speedup=4.0)]
+    got = kb.goals(rows)
+    assert [v for _, v in got] == ["FAIL", "FAIL", "FAIL"]
+    assert "worst 50%" in got[0][0] and "worst 4.00x" in got[1][0] and "worst 0.80x" in got[2][0]
+
+
+def test_goals_without_triton_or_long_prefixes_say_not_measured():
+    got = kb.goals([_row(prefix=1024, triton_us=None, speedup=None)])
+    assert all(v.startswith("NOT MEASURED") for _, v in got)
