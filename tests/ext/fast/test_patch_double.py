@@ -388,7 +388,7 @@ class _FakeValidateStats:
     def scratch(self, tokens, width, dtype):
         return FakeTensor((tokens, width))
 
-    def record(self, kernel_out, triton_out):
+    def record(self, kernel_out, triton_out, rel_tol=0.0):
         self.records.append((kernel_out, triton_out))
 
     def read(self):
@@ -397,7 +397,9 @@ class _FakeValidateStats:
 
 @pytest.fixture
 def validating(libs, monkeypatch):
-    fake = SimpleNamespace(ValidateStats=_FakeValidateStats, is_capturing=lambda device: False)
+    fake = SimpleNamespace(
+        ValidateStats=_FakeValidateStats, is_capturing=lambda device: False, rel_tol_for=lambda kv_dtype: 0.0
+    )
     monkeypatch.setitem(sys.modules, "kdtree_verify.validate", fake)
     monkeypatch.setenv("KDTREE_VERIFY", "validate")
     monkeypatch.setenv("KDTREE_LIB", str(libs["good"]))
