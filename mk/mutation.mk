@@ -5,3 +5,4 @@
 # line per mutant (KILLED/SURVIVED, seconds); fails if any survived or its site is gone.
 mutation-check: venv
 	bash scripts/mutation-check.sh
+TEST_TARGETS += mutation-check
