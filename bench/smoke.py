@@ -3,7 +3,8 @@
 --crash double: deploys to a test-double host with the double's knobs set so that scheduler TP0
 raises 3 s after it starts (while the simulated weights load); prints detect_s=.
 --crash missing-model: deploys to a real-engine host (tests/engine) with a model path that does not
-exist, so the real sglang 0.5.23 server dies while starting; prints engine_detect_s=.
+exist (kdtree_service_replace_exec_start), so the real sglang 0.5.23 server dies while starting;
+prints engine_detect_s=.
 detect = time of the first `fatal: [host]` line of ansible-playbook (the smoke task) - journal time
 of the traceback's last line.
 """
@@ -28,7 +29,15 @@ CRASHES = {
         {"kdtree_service_env_extra": {"SGLANG_DOUBLE_CRASH_AFTER": "3", "SGLANG_DOUBLE_LOAD_SECONDS": "30"}},
         "detect_s",
     ),
-    "missing-model": ({"kdtree_service_model_path": "/models/missing"}, "engine_detect_s"),
+    "missing-model": (
+        {
+            # the ExecStart opt-in: the inventory's command line, with a model that is not there
+            "kdtree_service_replace_exec_start": True,
+            "kdtree_service_model_path": "/models/missing",
+            "kdtree_service_extra_args": ["--device", "cpu", "--dtype", "float32"],
+        },
+        "engine_detect_s",
+    ),
 }
 log = logging.getLogger("bench-smoke")
 

@@ -242,3 +242,13 @@ def test_hang_keeps_the_port_closed_and_the_parent_waiting(start) -> None:
     assert "ready to roll" not in srv.text()
     srv.proc.send_signal(signal.SIGTERM)
     assert srv.proc.wait(timeout=TIMEOUT) == 0
+
+
+def test_crash_host_limits_the_crash_to_the_named_host(start) -> None:
+    env = {"SGLANG_DOUBLE_LOAD_SECONDS": "0.2", "SGLANG_DOUBLE_WARMUP_SECONDS": "0"}
+    env.update(SGLANG_DOUBLE_CRASH_AFTER="0.5", SGLANG_DOUBLE_CRASH_HOST="not-" + socket.gethostname())
+    srv = start("--tp-size", "1", **env)
+    _wait(lambda: "ready to roll" in srv.text(), what="the server to be ready")
+    time.sleep(1.0)
+    assert srv.proc.poll() is None
+    assert "SimulatedSchedulerError" not in srv.text()

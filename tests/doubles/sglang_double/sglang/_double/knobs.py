@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 
 
@@ -36,7 +37,10 @@ class Knobs:
         return cls(
             load_seconds=_float("SGLANG_DOUBLE_LOAD_SECONDS", 2.0) or 0.0,
             warmup_seconds=_float("SGLANG_DOUBLE_WARMUP_SECONDS", 0.5) or 0.0,
-            crash_after=_float("SGLANG_DOUBLE_CRASH_AFTER", None),
+            # SGLANG_DOUBLE_CRASH_HOST: only that host crashes (one inventory value for a whole batch)
+            crash_after=_float("SGLANG_DOUBLE_CRASH_AFTER", None)
+            if os.environ.get("SGLANG_DOUBLE_CRASH_HOST", "") in ("", socket.gethostname())
+            else None,
             crash_rank=_int("SGLANG_DOUBLE_CRASH_RANK", 0),
             hang=os.environ.get("SGLANG_DOUBLE_HANG", "") not in ("", "0"),
             hang_rank=_int("SGLANG_DOUBLE_HANG_RANK", 0),
