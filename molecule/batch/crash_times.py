@@ -6,7 +6,10 @@ import os
 import subprocess
 
 out = subprocess.run(
-    ["journalctl", "-u", "sglang.service", "-o", "json", "--no-pager"], capture_output=True, check=True, timeout=60
+    ["journalctl", "-u", "sglang.service", "-o", "json", "--no-pager"],
+    capture_output=True,
+    check=True,
+    timeout=60,
 ).stdout
 for raw in out.splitlines():
     entry = json.loads(raw)
