@@ -7,6 +7,9 @@ exist (kdtree_service_replace_exec_start), so the real sglang 0.5.23 server dies
 prints engine_detect_s=.
 detect = time of the first `fatal: [host]` line of ansible-playbook (the smoke task) - journal time
 of the traceback's last line.
+--batch HOST,HOST,...: one batch of those hosts (at least two): the second one's scheduler crashes 3 s
+in while the others load for 60 s; prints batch_detect_s= (the crashed host's rollback start, when
+its drop-in was removed, - its traceback's journal time; goal < 5 s whatever the others do).
 """
 
 from __future__ import annotations
@@ -73,13 +76,50 @@ def traceback_end_time(host: str, invocation: str) -> float:
     raise RuntimeError(f"no complete traceback in the journal of invocation {invocation}")
 
 
+CRASH_TIMES = Path(__file__).resolve().parents[1] / "scripts" / "testhosts" / "crash_times.py"
+
+
+def batch(hosts: list[str]) -> int:
+    """One batch of `hosts`; the second crashes. Prints batch_detect_s=."""
+    crash = hosts[1]
+    extra = {
+        "kdtree_deploy_serial": [len(hosts)],
+        "kdtree_service_env_extra": {
+            "SGLANG_DOUBLE_LOAD_SECONDS": "60",
+            "SGLANG_DOUBLE_CRASH_AFTER": "3",
+            "SGLANG_DOUBLE_CRASH_HOST": crash,
+        },
+    }
+    run = run_playbook("deploy.yml", ",".join(hosts), extra, echo=False)
+    if run.rc == 0 or f"kdtree deploy FAILED on {crash}" not in run.text:
+        log.error("the batch did not fail on %s as expected (rc=%s):\n%s", crash, run.rc, run.text[-4000:])
+        return 1
+    times = subprocess.run(
+        ["podman", "exec", "-i", crash, "python3", "-"],
+        input=CRASH_TIMES.read_text(encoding="utf-8"),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout.split()
+    if times[0] == "no-traceback" or times[2] != "removed":
+        log.error("no traceback or the drop-in is still there on %s: %s", crash, times)
+        return 1
+    log.info("batch of %d hosts (%s) in %.1f s; %s crashed", len(hosts), ", ".join(hosts), run.seconds, crash)
+    print(f"batch_detect_s={float(times[1]) - float(times[0]):.2f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--host", default="kdtree-host1")
     parser.add_argument("--crash", choices=sorted(CRASHES), default="double")
+    parser.add_argument("--batch", help="comma-separated hosts of one batch; the second one crashes")
     args = parser.parse_args(argv)
-    extra, figure = CRASHES[args.crash]
     logging.basicConfig(level=logging.INFO, format="bench-smoke: %(message)s")
+    if args.batch:
+        return batch(args.batch.split(","))
+    extra, figure = CRASHES[args.crash]
     run = run_playbook("deploy.yml", args.host, extra, echo=False)
     fatal = [t for t, line in run.lines if line.startswith(f"fatal: [{args.host}]")]
     invocation = re.search(r"invocation_id: ([0-9a-f]{32})", run.text)

@@ -39,10 +39,12 @@ test-molecule-engine: venv testhost-image engine-model
 	  echo "molecule engine: passed in $$(( $$(date +%s) - start )) s"
 
 # Time from the traceback reaching the journal to Ansible failing the host (child crash 3 s in).
-# The same for the real engine (a model path that does not exist): engine_detect_s.
+# The same for the real engine (a model path that does not exist): engine_detect_s. And in a batch of
+# four (the three double hosts and the engine host), kdtree-host2 crashing: batch_detect_s.
 bench-smoke: venv fleet-up engine-host-up
 	$(VBIN)/python bench/smoke.py --host kdtree-host1 --crash double
 	$(VBIN)/python bench/smoke.py --host $(ENGINE_HOST) --crash missing-model
+	$(VBIN)/python bench/smoke.py --batch kdtree-host1,kdtree-host2,kdtree-host3,$(ENGINE_HOST)
 
 # A second deploy over the three hosts: wall time and changed=0.
 bench-noop: venv fleet-up
