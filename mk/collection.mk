@@ -1,6 +1,6 @@
 # The kdtree.fleet collection: roles/, plugins/, playbooks/, molecule/, inventory/ (docs/operations.md).
 .PHONY: demo lint-ansible test-roles-fast test-molecule test-molecule-default test-molecule-crash \
-	test-molecule-rollback test-molecule-operator test-molecule-batch test-molecule-consumer test-molecule-engine collection bench-smoke bench-noop
+	test-molecule-rollback test-molecule-operator test-molecule-batch test-molecule-faults test-molecule-consumer test-molecule-engine collection bench-smoke bench-noop
 
 FLEET_LOG_DIR := $(ROOT)/.cache/fleet
 
@@ -26,10 +26,11 @@ test-roles-fast: venv
 # Molecule on real systemd hosts (podman). One host per scenario, run one after the other; the shared
 # base is .config/molecule/config.yml. consumer: build + install the tarball, deploy from a separate project.
 test-molecule: test-molecule-default test-molecule-crash test-molecule-rollback test-molecule-operator \
-	test-molecule-batch test-molecule-consumer test-molecule-engine
+	test-molecule-batch test-molecule-faults test-molecule-consumer test-molecule-engine
 
-# One molecule scenario on its own test hosts (default, crash, rollback, operator, batch, consumer).
-test-molecule-default test-molecule-crash test-molecule-rollback test-molecule-operator test-molecule-batch test-molecule-consumer: test-molecule-%: venv testhost-image
+# One molecule scenario on its own test hosts (default, crash, rollback, operator, batch, faults, consumer).
+test-molecule-default test-molecule-crash test-molecule-rollback test-molecule-operator test-molecule-batch \
+  test-molecule-faults test-molecule-consumer: test-molecule-%: venv testhost-image
 	@start=$$(date +%s); molecule test -s $*; \
 	  echo "molecule $*: passed in $$(( $$(date +%s) - start )) s"
 
