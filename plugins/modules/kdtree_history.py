@@ -11,10 +11,10 @@ module: kdtree_history
 short_description: Read and write a host's kdtree deploy history
 description:
   - Keeps the history of kdtree deploys on a host in one root-owned JSON file (mode 0600, written
-    atomically): for each deploy its build id, library, patch directory and digest, verify mode, the
-    full text and digest of the drop-in it installed, start and end time, and its result
+    atomically). For each deploy it holds the build id, library, patch directory and digest, verify
+    mode, the full text and digest of the drop-in it installed, start and end time, and its result
     (V(running), V(healthy), V(rolled_back) with why and to what, V(removed)).
-  - The newest V(healthy) entry whose drop-in differs from the live one is the host's B(last good):
+  - The newest V(healthy) entry whose drop-in differs from the live one is the host's B(last good),
     what C(kdtree_rollback_to=previous) puts back.
   - O(action=read) changes nothing. O(action=begin) adds a V(running) entry; O(action=finish) ends one.
     The file keeps O(keep) entries, and always the last good one.

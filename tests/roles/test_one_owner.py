@@ -84,11 +84,13 @@ FACTS = {
 }
 # Test-host tooling allowed to spell a fact out: the test double's own stock unit and its installer
 # (the operator's side of a test host, not kdtree), and the demo's host reader, which builds the
-# health URL of a test host from the service role's host and port defaults.
+# health URL of a test host from the service role's host and port defaults; the batch test's reader of a
+# crashed test host.
 DOUBLE_SIDE = {
     "scripts/testhosts/fleet.sh",
     "scripts/testhosts/install-double.sh",
     "scripts/testhosts/hostread.py",
+    "scripts/testhosts/crash_times.py",
 }
 
 

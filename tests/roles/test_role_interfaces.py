@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import yaml
 from conftest import ROLE_NAMES, ROLES, ROOT, load_yaml
 
 
@@ -174,3 +175,21 @@ def test_every_host_command_of_the_roles_and_playbooks_has_a_timeout():
         for play in load_yaml(path):
             missing += [f"{path.relative_to(ROOT)}: {n}" for n in _tasks_without_timeout(play.get("tasks"))]
     assert missing == []
+
+
+@pytest.mark.parametrize("module", sorted(p.name for p in (ROOT / "plugins" / "modules").glob("*.py")))
+def test_every_module_documents_itself_in_yaml_ansible_doc_can_read(module):
+    import ast
+
+    tree = ast.parse((ROOT / "plugins" / "modules" / module).read_text(encoding="utf-8"))
+    docs = {
+        target.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        for target in node.targets
+        if isinstance(target, ast.Name) and target.id in ("DOCUMENTATION", "EXAMPLES", "RETURN")
+    }
+    assert set(docs) == {"DOCUMENTATION", "EXAMPLES", "RETURN"}
+    parsed = {name: yaml.safe_load(text) for name, text in docs.items()}
+    assert parsed["DOCUMENTATION"]["module"] == module.removesuffix(".py")
+    assert "check_mode" in parsed["DOCUMENTATION"]["attributes"]
