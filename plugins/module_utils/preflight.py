@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 from dataclasses import dataclass, field
@@ -100,7 +101,10 @@ def exec_start(settings: list[Setting]) -> tuple[list[str], Setting | None]:
         return [], None
     argv = shlex.split(current.value.replace("%%", "%"), posix=True)
     if argv:
-        argv[0] = argv[0].lstrip(EXEC_PREFIXES)
+        prefixes = argv[0][: len(argv[0]) - len(argv[0].lstrip(EXEC_PREFIXES))]
+        argv[0] = argv[0][len(prefixes) :]
+        if "@" in prefixes and len(argv) > 1:  # "@": the second word is argv[0], not an argument
+            del argv[1]
     return argv, current
 
 
@@ -169,6 +173,11 @@ class Launch:
 
 def parse_launch(argv: list[str]) -> Launch:
     launch = Launch()
+    if len(argv) > 1 and os.path.basename(argv[0]) == "env":  # /usr/bin/env [-opts] [NAME=value] python3 ...
+        i = 1
+        while i < len(argv) and (argv[i].startswith("-") or "=" in argv[i]):
+            i += 1
+        argv = argv[i:]
     if not argv:
         return launch
     if _is_python(argv[0]):
@@ -305,19 +314,26 @@ def env_file_assignments(spec: str) -> tuple[str, dict[str, int]]:
     return path, names
 
 
-def check_overrides(unit: Unit, managed: list[str]) -> Check:
+def check_overrides(unit: Unit, managed: list[str], env_file: str = "") -> Check:
+    """What would override kdtree's variables (systemd.exec): Environment= in a later drop-in (an empty
+    one clears all), UnsetEnvironment= in any file (applied last), EnvironmentFile= anywhere (its values
+    win over Environment=), and an empty EnvironmentFile= in a later drop-in (resets kdtree's `env_file`)."""
     wanted = set(managed)
     found: list[str] = []
     for s in unit.settings:
         names: list[str] = []
-        if s.key in ("Environment", "UnsetEnvironment", "PassEnvironment") and later_than_ours(unit, s.path):
+        later = later_than_ours(unit, s.path)
+        if (s.key == "Environment" and later) or s.key == "UnsetEnvironment":
             for word in shlex.split(s.value, posix=True) if s.value else []:
                 names.append(word.split("=", 1)[0])
             if s.key == "Environment" and not s.value:
                 names = sorted(wanted)  # an empty Environment= clears ours too
         hit = sorted(wanted & set(names))
         if hit:
-            found.append(f"{s.path}:{s.line} {s.key}= sets {', '.join(hit)}")
+            verb = "unsets" if s.key == "UnsetEnvironment" else "sets"
+            found.append(f"{s.path}:{s.line} {s.key}= {verb} {', '.join(hit)}")
+        if s.key == "EnvironmentFile" and not s.value and later and env_file:
+            found.append(f"{s.path}:{s.line} an empty EnvironmentFile= drops kdtree's {env_file}")
         if s.key == "EnvironmentFile" and s.value:
             path, assigned = env_file_assignments(s.value)
             for name in sorted(wanted & set(assigned)):
@@ -327,9 +343,10 @@ def check_overrides(unit: Unit, managed: list[str]) -> Check:
             "overrides",
             False,
             "these settings would override what kdtree's drop-in "
-            f"({unit.ours}) sets; EnvironmentFile= always wins over Environment=, and a drop-in whose name "
-            f"sorts after {unit.ours} wins over it: {'; '.join(found)}. Move those variables into the unit "
-            "file or an earlier drop-in (kdtree keeps the unit's PYTHONPATH after its own), or drop them.",
+            f"({unit.ours}) sets; EnvironmentFile= always wins over Environment=, UnsetEnvironment= is "
+            f"applied last, and a drop-in whose name sorts after {unit.ours} wins over it: "
+            f"{'; '.join(found)}. Move those variables into the unit file or an earlier drop-in (kdtree "
+            "keeps the unit's PYTHONPATH after its own), or drop them.",
             found[0].split(" ", 1)[0],
         )
     return Check("overrides", True, f"nothing overrides the {len(wanted)} variables kdtree sets")
@@ -431,6 +448,7 @@ def run_checks(
     probe_env: dict[str, str] | None,
     skip: list[str],
     timeout_s: float,
+    env_file: str = "",
 ) -> list[Check]:
     """Every check not in `skip`, in CHECKS order; `probe_env` None skips the probe."""
     argv, line = exec_start(unit.settings)
@@ -442,6 +460,17 @@ def run_checks(
     todo = [c for c in CHECKS if c not in skip]
     if "command" in todo:
         checks.append(check_command(launch, line, replaced))
+        unparsed = launch_facts(unit, exec_start_override)["unparsed"]
+        if unparsed:
+            checks.append(
+                Check(
+                    "command",
+                    False,
+                    f"cannot read {', '.join(unparsed)} from the command line (the smoke check counts one "
+                    "scheduler per tp x pp (x dp) rank); write the sizes as numbers.",
+                    _where(line),
+                )
+            )
     if "interpreter" in todo and launch.python:
         checks.append(check_interpreter(launch, line))
     if "backend" in todo and launch.python:
@@ -449,7 +478,7 @@ def run_checks(
     if "stderr" in todo:
         checks.append(check_stderr(unit))
     if "overrides" in todo:
-        checks.append(check_overrides(unit, managed_vars))
+        checks.append(check_overrides(unit, managed_vars, env_file))
     python = launch.python
     if "sglang" in todo and python:
         checks.append(check_sglang(python, supported_versions, timeout_s))
@@ -463,25 +492,49 @@ def run_checks(
     return checks
 
 
+def _expand(value: str, env: dict[str, str]) -> str:
+    """systemd's $NAME / ${NAME} in ExecStart, from the unit's environment."""
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: env.get(m.group(1) or m.group(2), m.group(0)), value)
+
+
 def launch_facts(unit: Unit, exec_start_override: list[str]) -> dict[str, Any]:
-    """The command line's facts the roles use (python, parallel sizes)."""
+    """The command line's facts the roles use: python, backend, port and the scheduler count.
+
+    SGLang 0.5.23 starts tp x pp scheduler processes per data-parallel rank, and dp ranks of them unless
+    --enable-dp-attention (then the dp ranks live inside the tp group). Sizes that do not parse are
+    named in `unparsed` (the preflight refuses them) instead of being taken as 1. The argv itself is
+    not returned: an operator's command line may hold secrets (--api-key).
+    """
     argv, _ = exec_start(unit.settings)
-    launch = parse_launch(exec_start_override or argv)
+    env = unit_environment(unit)
+    launch = parse_launch([_expand(a, env) for a in (exec_start_override or argv)])
+    unparsed: list[str] = []
 
     def size(*names: str) -> int:
         value = launch.option(*names)
-        try:
-            return max(1, int(value)) if value is not None else 1
-        except ValueError:
+        if value is None:
             return 1
+        if not value.isdigit() or int(value) < 1:
+            unparsed.append(f"{names[0]} {value}")
+            return 1
+        return int(value)
 
+    tp = size("--tp-size", "--tensor-parallel-size", "--tp")
+    pp = size("--pp-size", "--pipeline-parallel-size", "--pp")
+    dp = size("--dp-size", "--data-parallel-size", "--dp")
+    dp_attention = "--enable-dp-attention" in launch.args
+    port = launch.option("--port")
+    if port is not None and not port.isdigit():
+        unparsed.append(f"--port {port}")
     return {
-        "argv": exec_start_override or argv,
         "python": launch.python,
         "attention_backend": launch.option("--attention-backend") or "",
-        "tp_size": size("--tp-size", "--tp"),
-        "pp_size": size("--pp-size", "--pp"),
-        "dp_size": size("--dp-size", "--dp"),
+        "tp_size": tp,
+        "pp_size": pp,
+        "dp_size": dp,
+        "dp_attention": dp_attention,
+        "schedulers": tp * pp * (1 if dp_attention else dp),
+        "unparsed": unparsed,
         # None: the command line leaves SGLang's default
-        "port": int(launch.option("--port")) if (launch.option("--port") or "").isdigit() else None,
+        "port": int(port) if port is not None and port.isdigit() else None,
     }

@@ -33,6 +33,12 @@ options:
       - The kdtree drop-in as installed on the host. When it exists, its digest is returned as
         RV(live_dropin_digest) and RV(last_good) is the newest healthy entry with a different drop-in.
     type: path
+  unlike_digest:
+    description:
+      - A drop-in digest RV(last_good) must differ from, instead of the live drop-in's (the deploy's
+        rescue passes the digest of the drop-in that just failed, which it has removed already).
+    type: str
+    default: ""
   record:
     description:
       - For O(action=begin), what the deploy installs (build_id, lib_path, patch_dir, patch_digest,
@@ -151,7 +157,7 @@ def run(params: dict, check_mode: bool) -> dict:
         history.save(path, entries)
     out.update(
         entries=entries,
-        last_good=history.last_good(entries, live),
+        last_good=history.last_good(entries, params.get("unlike_digest") or live),
         live_dropin_digest=live,
         referenced=history.referenced(entries),
     )
@@ -164,6 +170,7 @@ def main() -> None:
             "action": {"type": "str", "choices": ["read", "begin", "finish"], "default": "read"},
             "path": {"type": "path", "default": history.DEFAULT_PATH},
             "dropin_path": {"type": "path"},
+            "unlike_digest": {"type": "str", "default": ""},
             "record": {"type": "dict", "default": {}},
             "id": {"type": "str"},
             "result": {"type": "str", "choices": ["healthy", "rolled_back", "removed"]},

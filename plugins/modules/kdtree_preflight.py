@@ -18,8 +18,8 @@ description:
   - V(backend) C(--attention-backend) is the backend the patch serves, or absent where SGLang's
     default for the compute capability is that backend.
   - V(stderr) stderr reaches the journal (the deploy reads the markers and any traceback there).
-  - V(overrides) no drop-in sorting after kdtree's, no C(EnvironmentFile=) and no
-    C(UnsetEnvironment=)/C(PassEnvironment=) overrides a variable kdtree sets.
+  - V(overrides) no drop-in sorting after kdtree's, no C(EnvironmentFile=) and no C(UnsetEnvironment=)
+    (in any file; systemd applies it last) overrides a variable kdtree sets.
   - V(sglang) the venv's installed SGLang version is one the patch supports (the installed patch's
     C(kdtree_verify/target.py) says which).
   - V(probe) C(python -m kdtree_verify.probe) run with the unit's merged environment plus
@@ -66,6 +66,12 @@ options:
     description: Bound, in seconds, of each command the checks run (systemctl, the venv's python, the probe).
     type: int
     required: true
+  secret_env_file:
+    description:
+      - The EnvironmentFile= kdtree's drop-in names (secrets); an empty EnvironmentFile= in a later
+        drop-in would drop it.
+    type: str
+    default: ""
 attributes:
   check_mode:
     support: full
@@ -97,7 +103,9 @@ checks:
   sample: [{name: interpreter, ok: false, where: /etc/systemd/system/sglang.service:12,
             message: "python runs with -I (isolated: ignores PYTHONPATH) ..."}]
 launch:
-  description: What the command line says (argv, python, attention_backend, tp_size, pp_size, dp_size).
+  description:
+    - What the command line says (python, attention_backend, tp_size, pp_size, dp_size, dp_attention,
+      schedulers, port, unparsed); not the argv itself, which may hold secrets.
   type: dict
   returned: always
 msg:
@@ -141,6 +149,10 @@ def run(params: dict, check_mode: bool = False) -> dict:
         served, supported = "", ()
         skip += ["backend", "sglang", "probe"]
         note = " (check mode: backend, sglang and probe need the installed patch; not run)"
+    lib = (params["probe_env"] or {}).get("KDTREE_LIB", "")
+    if check_mode and "probe" not in skip and lib and not os.path.exists(lib):
+        skip.append("probe")
+        note = f" (check mode: the probe needs the library {lib}, which this run would build; not run)"
     unit = preflight.read_unit(params["unit"], params["dropin_name"])
     if not unit.fragment:
         return {"failed": True, "checks": [], "launch": {}, "msg": f"{params['unit']} has no unit file"}
@@ -154,6 +166,7 @@ def run(params: dict, check_mode: bool = False) -> dict:
         probe_env=params["probe_env"],
         skip=skip,
         timeout_s=float(params["timeout_s"]),
+        env_file=params["secret_env_file"],
     )
     failed = [c for c in checks if not c.ok]
     if failed:
@@ -183,6 +196,7 @@ def main() -> None:
             "probe_env": {"type": "dict", "default": {}},
             "skip": {"type": "list", "elements": "str", "default": [], "choices": list(preflight.CHECKS)},
             "timeout_s": {"type": "int", "required": True},
+            "secret_env_file": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )

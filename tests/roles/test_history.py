@@ -11,8 +11,9 @@ from ansible_collections.kdtree.fleet.plugins.modules import kdtree_history
 
 
 def params(path, **over):
-    base = {"action": "read", "path": str(path), "dropin_path": None, "record": {}, "id": None,
-            "result": None, "why": "", "rolled_back_to": "", "keep": history.DEFAULT_KEEP}  # fmt: skip
+    base = {"action": "read", "path": str(path), "dropin_path": None, "unlike_digest": "", "record": {},
+            "id": None, "result": None, "why": "", "rolled_back_to": "",
+            "keep": history.DEFAULT_KEEP}  # fmt: skip
     base.update(over)
     return base
 
@@ -112,3 +113,12 @@ def test_a_failed_write_leaves_the_old_file(tmp_path, monkeypatch):
         deploy(path, "B", "healthy")
     assert path.read_text() == before
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_the_rescue_never_goes_back_to_the_drop_in_that_just_failed(tmp_path):
+    path = tmp_path / "state.json"
+    deploy(path, "A", "healthy", build_id="a")
+    deploy(path, "B", "healthy", build_id="b")
+    deploy(path, "B", "rolled_back", build_id="b2")  # B again (same drop-in), failed; the rescue removed it
+    out = kdtree_history.run(params(path, unlike_digest=history.digest("B")), False)
+    assert out["last_good"]["build_id"] == "a"

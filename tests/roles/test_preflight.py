@@ -160,16 +160,28 @@ def test_a_drop_in_sorting_before_ours_may_set_our_variables(tmp_path):
     assert checks(unit)["overrides"].ok
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "[Service]\nUnsetEnvironment=KDTREE_LIB\n",
-        "[Service]\nEnvironment=\n",
-        "[Service]\nPassEnvironment=NCCL_ALGO\n",
-    ],
-)
-def test_later_unset_clear_or_pass_of_our_variables_is_refused(tmp_path, text):
+@pytest.mark.parametrize("text", ["[Service]\nUnsetEnvironment=KDTREE_LIB\n", "[Service]\nEnvironment=\n"])
+def test_later_unset_or_clear_of_our_variables_is_refused(tmp_path, text):
     assert not checks(make_unit(tmp_path, dropins={"99-x.conf": text}))["overrides"].ok
+
+
+def test_unset_environment_is_refused_in_any_file_since_systemd_applies_it_last(tmp_path):
+    unit = make_unit(tmp_path, dropins={"10-early.conf": "[Service]\nUnsetEnvironment=PYTHONPATH\n"})
+    check = checks(unit)["overrides"]
+    assert not check.ok and "10-early.conf:2 UnsetEnvironment= unsets PYTHONPATH" in check.message
+
+
+def test_pass_environment_is_not_an_override(tmp_path):
+    assert checks(make_unit(tmp_path, dropins={"99-x.conf": "[Service]\nPassEnvironment=NCCL_ALGO\n"}))[
+        "overrides"
+    ].ok
+
+
+def test_a_later_empty_environment_file_is_refused_only_when_kdtree_has_secrets(tmp_path):
+    unit = make_unit(tmp_path, dropins={"99-x.conf": "[Service]\nEnvironmentFile=\n"})
+    assert checks(unit)["overrides"].ok
+    check = preflight.check_overrides(unit, MANAGED, "/etc/kdtree/sglang.env")
+    assert not check.ok and "drops kdtree's /etc/kdtree/sglang.env" in check.message
 
 
 def test_an_environment_file_setting_our_variable_is_refused_wherever_it_is_named(tmp_path):
@@ -190,11 +202,60 @@ def test_our_own_drop_in_is_never_held_against_us(tmp_path):
     assert checks(unit)["overrides"].ok
 
 
-def test_the_launch_facts_read_parallel_sizes_and_port(tmp_path):
-    unit = make_unit(tmp_path, STOCK.replace("--tp-size 8", "--tp 4 --pp-size 2"))
-    facts = preflight.launch_facts(unit, [])
-    assert (facts["tp_size"], facts["pp_size"], facts["dp_size"], facts["port"]) == (4, 2, 1, 30000)
+@pytest.mark.parametrize(
+    ("args", "schedulers"),
+    [
+        ("--tp 4 --pp-size 2", 8),
+        ("--tensor-parallel-size 4 --pipeline-parallel-size 2", 8),
+        ("--tp-size 2 --dp-size 2", 4),
+        ("--tp-size 4 --dp-size 2 --enable-dp-attention", 4),
+        ("--tp-size $TP", 8),  # from Environment=TP=8
+        ("--tp-size ${TP}", 8),
+    ],
+)
+def test_the_scheduler_count_follows_the_whole_launch_configuration(tmp_path, args, schedulers):
+    stock = STOCK.replace("--tp-size 8", args).replace("[Service]\n", "[Service]\nEnvironment=TP=8\n")
+    facts = preflight.launch_facts(make_unit(tmp_path, stock), [])
+    assert facts["schedulers"] == schedulers and facts["unparsed"] == []
+    assert "argv" not in facts  # an operator's command line may hold secrets
+
+
+def test_a_size_that_does_not_parse_is_refused_not_taken_as_one(tmp_path):
+    unit = make_unit(tmp_path, STOCK.replace("--tp-size 8", "--tp-size $UNSET"))
+    assert preflight.launch_facts(unit, [])["unparsed"] == ["--tp-size $UNSET"]
+    found = preflight.run_checks(
+        unit,
+        managed_vars=MANAGED,
+        exec_start_override=[],
+        compute_capability="12.0",
+        served_backend="triton",
+        supported_versions=("0.5.23",),
+        probe_env=None,
+        skip=["sglang"],
+        timeout_s=5,
+    )
+    assert [c.ok for c in found if "cannot read --tp-size $UNSET" in c.message] == [False]
+
+
+def test_the_port_is_read_or_left_to_sglang(tmp_path):
+    assert preflight.launch_facts(make_unit(tmp_path), [])["port"] == 30000
     assert preflight.launch_facts(make_unit(tmp_path, STOCK.replace(" --port 30000", "")), [])["port"] is None
+
+
+def test_the_at_prefix_makes_the_second_word_argv0_and_env_is_looked_through(tmp_path):
+    at = make_unit(
+        tmp_path,
+        STOCK.replace(
+            "ExecStart=/opt/sglang/venv/bin/python", "ExecStart=@/opt/sglang/venv/bin/python sglang -I"
+        ),
+    )
+    assert not checks(at)["interpreter"].ok
+    env = make_unit(
+        tmp_path,
+        STOCK.replace("ExecStart=/opt/sglang/venv/bin/python", "ExecStart=/usr/bin/env X=1 python3 -E"),
+    )
+    result = checks(env)
+    assert result["command"].ok and not result["interpreter"].ok
 
 
 def test_the_unit_environment_for_the_probe_lets_environment_files_win(tmp_path):
