@@ -193,3 +193,31 @@ def test_every_module_documents_itself_in_yaml_ansible_doc_can_read(module):
     parsed = {name: yaml.safe_load(text) for name, text in docs.items()}
     assert parsed["DOCUMENTATION"]["module"] == module.removesuffix(".py")
     assert "check_mode" in parsed["DOCUMENTATION"]["attributes"]
+
+
+CONDITION_KEYS = ("that", "when", "failed_when", "changed_when", "until")
+
+
+def _non_string_conditions(node, where: str) -> list[str]:
+    """Conditions YAML parsed as something else (an unquoted `a: b` in a condition becomes a mapping)."""
+    bad: list[str] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in CONDITION_KEYS:
+                values = value if isinstance(value, list) else [value]
+                bad += [f"{where}: {key}: {v!r}" for v in values if not isinstance(v, (str, bool))]
+            bad += _non_string_conditions(value, where)
+    elif isinstance(node, list):
+        for item in node:
+            bad += _non_string_conditions(item, where)
+    return bad
+
+
+def test_every_condition_in_roles_playbooks_and_molecule_is_a_string():
+    files = [
+        *ROLES.glob("*/tasks/*.yml"),
+        *(ROOT / "playbooks").glob("*.yml"),
+        *(ROOT / "molecule").rglob("*.yml"),
+    ]
+    bad = [b for path in files for b in _non_string_conditions(load_yaml(path), str(path.relative_to(ROOT)))]
+    assert bad == []
