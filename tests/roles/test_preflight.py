@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -280,3 +281,25 @@ def test_the_sglang_version_must_be_supported(tmp_path, version, ok):
     assert check.ok is ok
     if not ok:
         assert "has sglang 0.5.22; this patch supports 0.5.23 only" in check.message
+
+
+def _fake_probe(tmp_path: Path, state: str, rc: int) -> str:
+    python = tmp_path / "python-probe"
+    report = json.dumps({"patch": {"state": state, "mode": "x"}, "active": state == "active"})
+    python.write_text(f"#!/bin/sh\necho '{report}'\nexit {rc}\n", encoding="utf-8")
+    python.chmod(0o755)
+    return str(python)
+
+
+@pytest.mark.parametrize(
+    ("mode", "state", "rc", "ok"),
+    [
+        ("validate", "active", 0, True),
+        ("validate", "absent", 1, False),
+        ("off", "off", 1, True),
+        ("off", "absent", 1, False),
+    ],
+)
+def test_the_probe_wants_the_state_of_the_mode(tmp_path, mode, state, rc, ok):
+    check = preflight.check_probe(_fake_probe(tmp_path, state, rc), {"KDTREE_VERIFY": mode}, "/", 10)
+    assert check.ok is ok
