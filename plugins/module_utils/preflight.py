@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.kdtree.fleet.plugins.module_utils.unit_env import (
-    SHOW_TIMEOUT_S,
     Setting,
     UnitEnvironment,
     apply_settings,
     service_settings,
+    systemctl_show,
 )
 
 CHECKS = ("command", "interpreter", "backend", "stderr", "overrides", "sglang", "probe")
@@ -66,15 +66,9 @@ class Unit:
 
 def read_unit(unit: str, ours: str) -> Unit:
     """systemctl show + the files it names (kdtree's own drop-in is left out of `settings`)."""
-    props = ["FragmentPath", "DropInPaths", "StandardOutput", "StandardError", "WorkingDirectory"]
-    out = subprocess.run(
-        ["systemctl", "show", *[a for p in props for a in ("-p", p)], unit],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=SHOW_TIMEOUT_S,
-    ).stdout
-    show = dict(line.partition("=")[::2] for line in out.splitlines())
+    show = systemctl_show(
+        unit, "FragmentPath", "DropInPaths", "StandardOutput", "StandardError", "WorkingDirectory"
+    )
     fragment = show.get("FragmentPath", "")
     dropins = show.get("DropInPaths", "").split()
     result = Unit(unit, fragment, dropins, show=show, ours=ours)
@@ -295,23 +289,27 @@ def check_stderr(unit: Unit) -> Check:
     )
 
 
-def env_file_assignments(spec: str) -> tuple[str, dict[str, int]]:
-    """(path, {NAME: line}) of an EnvironmentFile= entry ("-" prefix: optional)."""
+def env_file_entries(spec: str) -> tuple[str, list[tuple[int, str, str]]]:
+    """(path, [(line, name, value)]) of an EnvironmentFile= entry ("-" prefix: optional; a file that
+    cannot be read has no entries). Comments and lines without "=" are skipped."""
     path = spec.lstrip("-")
-    names: dict[str, int] = {}
+    entries: list[tuple[int, str, str]] = []
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             for number, raw in enumerate(handle, start=1):
                 line = raw.strip()
-                if not line or line.startswith(("#", ";")) or "=" not in line:
-                    continue
-                name = line.split("=", 1)[0].strip()
-                if name.startswith("export "):
-                    name = name[len("export ") :].strip()
-                names[name] = number
+                if line and not line.startswith(("#", ";")) and "=" in line:
+                    name, _, value = line.partition("=")
+                    entries.append((number, name.strip(), value.strip()))
     except OSError:
         pass
-    return path, names
+    return path, entries
+
+
+def env_file_assignments(spec: str) -> tuple[str, dict[str, int]]:
+    """(path, {NAME: line}) of an EnvironmentFile= entry; an `export ` prefix is not part of the name."""
+    path, entries = env_file_entries(spec)
+    return path, {name.removeprefix("export ").strip(): number for number, name, _ in entries}
 
 
 def check_overrides(unit: Unit, managed: list[str], env_file: str = "") -> Check:
@@ -359,15 +357,8 @@ def unit_environment(unit: Unit) -> dict[str, str]:
     apply_settings(merged, unit.settings)
     env = dict(merged.environment)
     for spec in merged.environment_files:
-        try:
-            with open(spec.lstrip("-"), encoding="utf-8", errors="replace") as handle:
-                for raw in handle:
-                    line = raw.strip()
-                    if line and not line.startswith(("#", ";")) and "=" in line:
-                        name, _, value = line.partition("=")
-                        env[name.strip()] = value.strip().strip("\"'")
-        except OSError:
-            pass
+        for _, name, value in env_file_entries(spec)[1]:
+            env[name] = value.strip("\"'")
     return env
 
 

@@ -101,16 +101,21 @@ def apply_settings(env: UnitEnvironment, settings: list[Setting]) -> None:
                 env.environment_files.append(value)
 
 
-def unit_files(unit: str) -> tuple[str, list[str]]:
-    """(FragmentPath, DropInPaths) as systemd reports them for `unit` (e.g. sglang.service)."""
+def systemctl_show(unit: str, *props: str) -> dict[str, str]:
+    """`systemctl show -p ...` of `unit` as {property: value} (bounded by SHOW_TIMEOUT_S)."""
     out = subprocess.run(
-        ["systemctl", "show", "-p", "FragmentPath", "-p", "DropInPaths", unit],
+        ["systemctl", "show", *[arg for prop in props for arg in ("-p", prop)], unit],
         capture_output=True,
         text=True,
         check=True,
         timeout=SHOW_TIMEOUT_S,
     ).stdout
-    props = dict(line.partition("=")[::2] for line in out.splitlines())
+    return dict(line.partition("=")[::2] for line in out.splitlines())
+
+
+def unit_files(unit: str) -> tuple[str, list[str]]:
+    """(FragmentPath, DropInPaths) as systemd reports them for `unit` (e.g. sglang.service)."""
+    props = systemctl_show(unit, "FragmentPath", "DropInPaths")
     return props.get("FragmentPath", ""), props.get("DropInPaths", "").split()
 
 
