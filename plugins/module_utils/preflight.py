@@ -394,7 +394,12 @@ def check_sglang(python: str, supported: tuple[str, ...], timeout_s: float) -> C
     return Check("sglang", True, f"sglang {version}")
 
 
-def check_probe(python: str, env: dict[str, str], cwd: str, timeout_s: float) -> Check:
+def check_probe(
+    python: str, env: dict[str, str], cwd: str, timeout_s: float, library_pending: str = ""
+) -> Check:
+    """Run the probe with `env`. `library_pending`: the reason a child reports when KDTREE_LIB is
+    empty (target.NO_LIBRARY_REASON); set when the library is not built yet (env has KDTREE_LIB empty),
+    and then a child patched up to the library passes."""
     argv = [python, "-m", "kdtree_verify.probe", "--json", "--timeout", str(max(10, int(timeout_s) - 10))]
     try:
         proc = subprocess.run(
@@ -419,6 +424,13 @@ def check_probe(python: str, env: dict[str, str], cwd: str, timeout_s: float) ->
             True,
             f"a spawned child is patched (state {patch.get('state')}, mode {patch.get('mode')})",
         )
+    if library_pending and patch.get("state") == "fallback" and patch.get("reason") == library_pending:
+        return Check(
+            "probe",
+            True,
+            f"a spawned child is patched up to the library, which is not built yet (state fallback: "
+            f"{library_pending}); the smoke check proves it loads",
+        )
     return Check(
         "probe",
         False,
@@ -442,8 +454,10 @@ def run_checks(
     skip: list[str],
     timeout_s: float,
     env_file: str = "",
+    library_pending: str = "",
 ) -> list[Check]:
-    """Every check not in `skip`, in CHECKS order; `probe_env` None skips the probe."""
+    """Every check not in `skip`, in CHECKS order; `probe_env` None skips the probe. `library_pending`:
+    see check_probe."""
     argv, line = exec_start(unit.settings)
     replaced = bool(exec_start_override)
     if replaced:
@@ -481,7 +495,9 @@ def run_checks(
             **unit_environment(unit),
             **probe_env,
         }
-        checks.append(check_probe(python, env, unit.show.get("WorkingDirectory", ""), timeout_s))
+        checks.append(
+            check_probe(python, env, unit.show.get("WorkingDirectory", ""), timeout_s, library_pending)
+        )
     return checks
 
 

@@ -23,7 +23,10 @@ description:
   - V(sglang) the venv's installed SGLang version is one the patch supports (the installed patch's
     C(kdtree_verify/target.py) says which).
   - V(probe) C(python -m kdtree_verify.probe) run with the unit's merged environment plus
-    O(probe_env) says a spawned child would be patched (runs only when every other check passed).
+    O(probe_env) says a spawned child would be patched (runs only when every other check passed). When
+    the library in O(probe_env)'s C(KDTREE_LIB) does not exist yet (the deploy builds it after the
+    preflight), the probe runs without it and accepts a child patched up to the library (state
+    fallback with target.py's C(NO_LIBRARY_REASON)).
   - Reads only; changes nothing.
 options:
   unit:
@@ -49,7 +52,9 @@ options:
     type: str
     default: ""
   patch_dir:
-    description: The installed patch directory (its C(kdtree_verify/target.py); the probe's PYTHONPATH).
+    description:
+      - The patch directory (its C(kdtree_verify/target.py); the probe's PYTHONPATH). The deploy passes a
+        scratch copy when the version is not installed yet.
     type: path
     required: true
   probe_env:
@@ -146,13 +151,19 @@ def run(params: dict, check_mode: bool = False) -> dict:
     except FileNotFoundError:
         if not check_mode:
             raise
+        target = None
         served, supported = "", ()
         skip += ["backend", "sglang", "probe"]
         note = " (check mode: backend, sglang and probe need the installed patch; not run)"
-    lib = (params["probe_env"] or {}).get("KDTREE_LIB", "")
-    if check_mode and "probe" not in skip and lib and not os.path.exists(lib):
-        skip.append("probe")
-        note = f" (check mode: the probe needs the library {lib}, which this run would build; not run)"
+    probe_env = dict(params["probe_env"] or {})
+    lib = probe_env.get("KDTREE_LIB", "")
+    library_pending = ""
+    if "probe" not in skip and lib and not os.path.exists(lib):
+        # the deploy builds the library after its preflight: probe without it, and accept a child
+        # patched up to the library (the smoke check proves the library loads)
+        probe_env["KDTREE_LIB"] = ""
+        library_pending = getattr(target, "NO_LIBRARY_REASON", "")
+        note = f" (the library {lib} is built after the preflight: the probe ran without it)"
     unit = preflight.read_unit(params["unit"], params["dropin_name"])
     if not unit.fragment:
         return {"failed": True, "checks": [], "launch": {}, "msg": f"{params['unit']} has no unit file"}
@@ -163,10 +174,11 @@ def run(params: dict, check_mode: bool = False) -> dict:
         compute_capability=params["compute_capability"],
         served_backend=served,
         supported_versions=supported,
-        probe_env=params["probe_env"],
+        probe_env=probe_env,
         skip=skip,
         timeout_s=float(params["timeout_s"]),
         env_file=params["secret_env_file"],
+        library_pending=library_pending,
     )
     failed = [c for c in checks if not c.ok]
     if failed:

@@ -9,6 +9,8 @@ import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils import preflight
 from ansible_collections.kdtree.fleet.plugins.module_utils.unit_env import service_settings
 
+PATCH_DIR = Path(__file__).resolve().parents[2] / "roles/kdtree_patch/files/sglang_ext"
+
 OURS = "50-kdtree.conf"
 MANAGED = ["PYTHONPATH", "KDTREE_VERIFY", "KDTREE_LIB", "NCCL_ALGO"]
 STOCK = """[Unit]
@@ -283,9 +285,11 @@ def test_the_sglang_version_must_be_supported(tmp_path, version, ok):
         assert "has sglang 0.5.22; this patch supports 0.5.23 only" in check.message
 
 
-def _fake_probe(tmp_path: Path, state: str, rc: int) -> str:
+def _fake_probe(tmp_path: Path, state: str, rc: int, reason: str = "") -> str:
     python = tmp_path / "python-probe"
-    report = json.dumps({"patch": {"state": state, "mode": "x"}, "active": state == "active"})
+    report = json.dumps(
+        {"patch": {"state": state, "mode": "x", "reason": reason}, "active": state == "active"}
+    )
     python.write_text(f"#!/bin/sh\necho '{report}'\nexit {rc}\n", encoding="utf-8")
     python.chmod(0o755)
     return str(python)
@@ -303,3 +307,66 @@ def _fake_probe(tmp_path: Path, state: str, rc: int) -> str:
 def test_the_probe_wants_the_state_of_the_mode(tmp_path, mode, state, rc, ok):
     check = preflight.check_probe(_fake_probe(tmp_path, state, rc), {"KDTREE_VERIFY": mode}, "/", 10)
     assert check.ok is ok
+
+
+NO_LIB = "KDTREE_LIB is not set"
+
+
+@pytest.mark.parametrize(
+    ("pending", "state", "reason", "ok"),
+    [
+        # the library is built after the preflight: a child patched up to the library passes
+        (NO_LIB, "fallback", NO_LIB, True),
+        # any other fallback still fails, pending library or not
+        (NO_LIB, "fallback", "SGLang 0.5.23: forward_extend has no parameter q", False),
+        (NO_LIB, "absent", "", False),
+        # with the library present, a fallback for want of it is a refusal
+        ("", "fallback", NO_LIB, False),
+    ],
+)
+def test_a_library_not_built_yet_passes_only_a_child_patched_up_to_the_library(
+    tmp_path, pending, state, reason, ok
+):
+    python = _fake_probe(tmp_path, state, 1, reason)
+    check = preflight.check_probe(python, {"KDTREE_VERIFY": "on"}, "/", 10, library_pending=pending)
+    assert check.ok is ok, check.message
+
+
+def test_the_module_probes_without_a_library_that_does_not_exist_yet(tmp_path, monkeypatch):
+    """kdtree_preflight.run: KDTREE_LIB names a build not compiled yet -> the probe gets it empty and
+    target.py's NO_LIBRARY_REASON as the accepted reason."""
+    from ansible_collections.kdtree.fleet.plugins.modules import kdtree_preflight
+
+    seen = {}
+
+    def fake_run_checks(unit, **kw):
+        seen.update(kw)
+        return []
+
+    monkeypatch.setattr(
+        kdtree_preflight.preflight, "read_unit", lambda *a: type("U", (), {"fragment": "x"})()
+    )
+    monkeypatch.setattr(kdtree_preflight.preflight, "run_checks", fake_run_checks)
+    monkeypatch.setattr(kdtree_preflight.preflight, "launch_facts", lambda *a: {})
+    params = {
+        "unit": "sglang.service",
+        "dropin_name": "50-kdtree.conf",
+        "managed_vars": [],
+        "exec_start": [],
+        "compute_capability": "12.0",
+        "patch_dir": str(PATCH_DIR),
+        "skip": [],
+        "timeout_s": 10,
+        "secret_env_file": "",
+        "probe_env": {"KDTREE_LIB": str(tmp_path / "builds/x/libkdtree_verify.so"), "KDTREE_VERIFY": "on"},
+    }
+    result = kdtree_preflight.run(params)
+    assert seen["probe_env"]["KDTREE_LIB"] == ""
+    assert seen["library_pending"] == NO_LIB
+    assert "built after the preflight" in result["msg"]
+    lib = tmp_path / "lib.so"
+    lib.write_bytes(b"")
+    params["probe_env"] = {"KDTREE_LIB": str(lib), "KDTREE_VERIFY": "on"}
+    kdtree_preflight.run(params)
+    assert seen["probe_env"]["KDTREE_LIB"] == str(lib)
+    assert seen["library_pending"] == ""

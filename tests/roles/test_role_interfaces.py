@@ -136,7 +136,7 @@ def _unsafe_regex(path: str) -> re.Pattern[str]:
     return re.compile(match.group(1))
 
 
-@pytest.mark.parametrize("path", ["roles/kdtree_build/tasks/main.yml", "roles/kdtree_patch/tasks/main.yml"])
+@pytest.mark.parametrize("path", ["roles/kdtree_build/tasks/check.yml", "roles/kdtree_patch/tasks/check.yml"])
 @pytest.mark.parametrize(
     ("line", "unsafe"),
     [

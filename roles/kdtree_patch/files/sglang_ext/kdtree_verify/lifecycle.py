@@ -25,7 +25,13 @@ from typing import Any
 
 from kdtree_verify import config, dispatch, marker
 from kdtree_verify.state import LOCK, STATE
-from kdtree_verify.target import EXPECTED_PARAMS, TARGET_ATTR, TARGET_CLASS, TARGET_MODULE
+from kdtree_verify.target import (
+    EXPECTED_PARAMS,
+    NO_LIBRARY_REASON,
+    TARGET_ATTR,
+    TARGET_CLASS,
+    TARGET_MODULE,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +139,7 @@ def install(
             if sig_problem:
                 return _finish(mode, "fallback", f"SGLang {STATE.sglang or '?'}: {sig_problem}")
             if not STATE.lib:
-                return _finish(mode, "fallback", "KDTREE_LIB is not set")
+                return _finish(mode, "fallback", NO_LIBRARY_REASON)
             lib_problem = _probe_library(binding)
             if lib_problem:
                 return _finish(mode, "fallback", lib_problem)
@@ -178,7 +184,7 @@ def start_plugin_mode(
         STATE.sglang = _sglang_version()
         reason = problem or ("" if mode != "off" else "KDTREE_VERIFY=off")
         if not reason and not STATE.lib:
-            reason = "KDTREE_LIB is not set"
+            reason = NO_LIBRARY_REASON
         if not reason:
             try:
                 reason = _probe_library(binding)

@@ -21,7 +21,7 @@ import sys
 from typing import Any
 
 from kdtree_verify import importhook
-from kdtree_verify.target import TARGET_MODULE
+from kdtree_verify.target import NO_LIBRARY_REASON, TARGET_MODULE
 
 EXIT_ACTIVE, EXIT_NOT_ACTIVE, EXIT_PROBE_FAILED = 0, 1, 2
 RECORD_MODULE = "_kdtree_sitecustomize_record"  # sitecustomize.py's _RECORD_NAME
@@ -42,7 +42,7 @@ def _library_report() -> dict[str, Any]:
     lib = os.environ.get("KDTREE_LIB", "")
     out: dict[str, Any] = {"path": lib or None}
     if not lib:
-        out["error"] = "KDTREE_LIB is not set"
+        out["error"] = NO_LIBRARY_REASON
         return out
     try:
         from kdtree_verify import kernel

@@ -25,3 +25,6 @@ SERVED_BACKEND = "triton"
 # SGLang releases whose TARGET_ATTR the patch mirrors (dispatch.py); the preflight reads the venv's
 # installed version (importlib.metadata) and refuses any other.
 SUPPORTED_SGLANG_VERSIONS = ("0.5.23",)
+# The reason a process reports (state=fallback) when KDTREE_LIB is empty: the deploy's preflight probes
+# before the library is built, and accepts a child patched up to exactly this point.
+NO_LIBRARY_REASON = "KDTREE_LIB is not set"
