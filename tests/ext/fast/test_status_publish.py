@@ -304,6 +304,7 @@ def test_no_publisher_without_a_status_dir_or_a_prometheus_dir(monkeypatch):
     monkeypatch.delenv("KDTREE_STATUS_DIR", raising=False)
     assert publish.start() is None
     assert publish.start({"KDTREE_STATUS_DIR": ""}) is None
+    assert publish.start({"PROMETHEUS_MULTIPROC_DIR": "/tmp/x"}) is not None  # SGLang's /metrics only
 
 
 @pytest.mark.parametrize("problem", ["symlink", "group-writable"])

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from kdtree_verify import metrics
@@ -35,9 +36,10 @@ logger = logging.getLogger(__name__)
 INFO_LABELS = ("mode", "state", "build_id", "sglang")
 
 
-def wanted() -> bool:
-    """PROMETHEUS_MULTIPROC_DIR is set (SGLang runs with --enable-metrics)."""
-    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir"))
+def wanted(env: Mapping[str, str] | None = None) -> bool:
+    """PROMETHEUS_MULTIPROC_DIR is set (SGLang runs with --enable-metrics); `env` defaults to os.environ."""
+    env = os.environ if env is None else env
+    return bool(env.get("PROMETHEUS_MULTIPROC_DIR") or env.get("prometheus_multiproc_dir"))
 
 
 def _base(name: str) -> str:

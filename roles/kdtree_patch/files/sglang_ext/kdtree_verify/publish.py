@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from kdtree_verify import config, counters, marker, metrics, promclient
@@ -163,13 +164,13 @@ _lock = threading.Lock()
 _publisher: Publisher | None = None
 
 
-def start(env: dict[str, str] | None = None) -> Publisher | None:
+def start(env: Mapping[str, str] | None = None) -> Publisher | None:
     """Start this process's publisher (once; again in a forked child) when KDTREE_STATUS_DIR or
     PROMETHEUS_MULTIPROC_DIR is set. Returns it, or None. Never raises."""
     global _publisher
     try:
-        env = dict(os.environ) if env is None else env
-        if not env.get("KDTREE_STATUS_DIR") and not promclient.wanted():
+        env = os.environ if env is None else env
+        if not env.get("KDTREE_STATUS_DIR") and not promclient.wanted(env):
             return None
         with _lock:
             if _publisher is not None and _publisher.pid == os.getpid():
