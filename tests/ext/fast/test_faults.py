@@ -265,7 +265,8 @@ def test_symlinks_planted_in_the_status_directory_are_replaced_never_followed(li
     assert tree(tmp_path, skip=status_dir) == before
     final = status_dir / f"{st['pid']}.json"
     assert not final.is_symlink() and json.loads(final.read_text())["state"] == "active"
-    assert [p.name for p in status_dir.iterdir()] == [final.name]  # no .tmp left behind
+    # no .tmp left behind; the status publisher wrote <pid>.prom beside it (at exit at the latest)
+    assert sorted(p.name for p in status_dir.iterdir()) == [final.name, f"{st['pid']}.prom"]
     assert st["status_file"] == str(final)
 
 

@@ -376,7 +376,8 @@ def test_an_exception_while_checking_a_call_sends_it_to_the_original_not_the_ker
     assert call(backend, layer=layer) == tb.DOUBLE_OUTPUT
     assert backend.calls == ["forward_extend"] and active.kernel.calls == []
     (key,) = lifecycle.status()["counts"]
-    assert key.startswith("original:dispatch check failed: RuntimeError: attribute exploded")
+    # counted by the exception's type: a message that differs per call must not grow the counts
+    assert key == "original:dispatch check failed: RuntimeError"
 
 
 class _FakeValidateStats:
@@ -393,6 +394,9 @@ class _FakeValidateStats:
 
     def read(self):
         return {"calls": len(self.records)}
+
+    def snapshot(self):  # the status publisher's read
+        return {"compared": len(self.records), "mismatches": 0, "max_diff": 0.0}
 
 
 @pytest.fixture
@@ -420,3 +424,73 @@ def test_a_kernel_exception_in_validate_mode_returns_tritons_output_and_falls_ba
     st = lifecycle.status()
     assert st["state"] == "fallback" and "kernel call failed: RuntimeError: launch failed" in st["reason"]
     assert capsys.readouterr().err.count("kdtree-verify-fallback:") == 1
+
+
+# --- what ran, as the status publisher counts it ----------------------------------------------------
+
+
+def _published(status_dir) -> dict:
+    from kdtree_verify import publish
+
+    pub = publish.current()
+    assert pub is not None  # started by the install, KDTREE_STATUS_DIR being set
+    pub.write_once()
+    import json
+    import os
+
+    return json.loads((status_dir / f"{os.getpid()}.json").read_text())
+
+
+@pytest.fixture
+def status_dir(tmp_path, monkeypatch):
+    path = tmp_path / "status"
+    path.mkdir(mode=0o755)
+    path.chmod(0o755)
+    monkeypatch.setenv("KDTREE_STATUS_DIR", str(path))
+    monkeypatch.setenv("KDTREE_STATUS_INTERVAL", "600")  # the test writes; the thread only starts
+    return path
+
+
+def test_the_counters_count_each_path_and_reason(status_dir, active):
+    backend = make_backend()
+    call(backend)
+    call(backend)
+    call(backend, mode=ForwardMode.EXTEND)
+    call(backend, q=FakeTensor((T, H, HEAD_DIM_QK), "torch.float16"))
+    call(backend, layer=mla_layer(logit_cap=30.0))
+    call(make_backend(kv_dtype="torch.float16"))
+    counters = _published(status_dir)["counters"]
+    assert counters == {
+        "kernel_calls": 2,
+        "original_calls": {"dtype": 1, "kv_dtype": 1, "logit_cap": 1, "not_verify": 1},
+        "runtime_fallbacks": 0,
+        "runtime_fallback_reason": "",
+    }
+
+
+def test_a_runtime_fallback_is_counted_and_later_calls_name_it(status_dir, active):
+    def boom(**kwargs):
+        raise RuntimeError("launch failed")
+
+    active.kernel.run = boom
+    backend = make_backend()
+    call(backend)
+    call(backend)
+    doc = _published(status_dir)
+    assert doc["state"] == "fallback"
+    assert doc["counters"]["runtime_fallbacks"] == 1
+    assert doc["counters"]["runtime_fallback_reason"] == "kernel call failed: RuntimeError: launch failed"
+    assert doc["counters"]["original_calls"] == {"kernel_error": 1, "kernel_unavailable": 1}
+    assert doc["counters"]["kernel_calls"] == 0
+
+
+def test_validate_mode_counts_compared_calls_and_publishes_the_device_statistics(status_dir, validating):
+    backend = make_backend()
+    backend.extend_attention_fwd = lambda *a, **k: FakeTensor((T, H * HEAD_DIM_V))  # Triton's output
+    call(backend)
+    call(backend)
+    call(backend, mode=ForwardMode.EXTEND)
+    doc = _published(status_dir)
+    assert doc["counters"]["original_calls"] == {"not_verify": 1, "validate": 2}
+    assert doc["counters"]["kernel_calls"] == 0  # Triton's output was returned
+    assert doc["validate"] == {"compared": 2, "mismatches": 0, "max_diff": 0.0}

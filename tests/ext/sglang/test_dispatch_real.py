@@ -155,6 +155,28 @@ def test_validate_counts_mismatches_over_the_tolerance(case, libs, monkeypatch):
     assert stats["calls"] == 1 and stats["mismatches"] == 1 and stats["tol"] == 1e-9
 
 
+def test_the_status_file_carries_the_real_validate_statistics_and_counters(case, libs, monkeypatch, tmp_path):
+    import json
+    import os
+
+    from kdtree_verify import publish
+
+    status_dir = tmp_path / "status"
+    status_dir.mkdir(mode=0o755)
+    status_dir.chmod(0o755)
+    monkeypatch.setenv("KDTREE_STATUS_DIR", str(status_dir))
+    monkeypatch.setenv("KDTREE_STATUS_INTERVAL", "600")
+    _install(monkeypatch, libs, "validate", tol="1e-9")
+    run(case, ForwardMode.TARGET_VERIFY, torch.arange(84, 96))
+    run(case, ForwardMode.EXTEND, torch.arange(84, 96))
+    publish.current().write_once()
+    doc = json.loads((status_dir / f"{os.getpid()}.json").read_text())
+    stats = lifecycle.status()["validate"]
+    assert doc["validate"] == {"compared": 1, "mismatches": 1, "max_diff": stats["max_abs"]}
+    assert doc["counters"]["original_calls"] == {"not_verify": 1, "validate": 1}
+    assert "kdtree_verify_validate_mismatches_total{pid=" in (status_dir / f"{os.getpid()}.prom").read_text()
+
+
 def test_a_plain_extend_on_the_real_class_still_runs_the_original(case, libs, monkeypatch):
     _install(monkeypatch, libs, "on")
     run(case, ForwardMode.EXTEND, torch.arange(84, 96))

@@ -1,5 +1,6 @@
 """The environment the patch reads (docs/CONTRACTS.md section 2): KDTREE_VERIFY, KDTREE_VERIFY_TOL,
-KDTREE_LIB.
+KDTREE_LIB, KDTREE_STATUS_INTERVAL (KDTREE_STATUS_DIR is read by marker.py, which imports nothing of
+the package).
 
 `KDTREE_VERIFY_TOL` (default 0.02): a validate call counts as a mismatch when the max abs
 difference exceeds it (bf16 outputs of magnitude ~1 differ by up to ~1e-2 between two correct
@@ -15,6 +16,8 @@ from collections.abc import Mapping
 
 MODES = ("off", "validate", "on")
 DEFAULT_TOL = 0.02
+DEFAULT_STATUS_INTERVAL = 5.0  # seconds between two writes of the status publisher
+MIN_STATUS_INTERVAL = 0.05
 
 
 def read_mode(env: Mapping[str, str]) -> tuple[str, str]:
@@ -43,3 +46,22 @@ def read_tol(env: Mapping[str, str]) -> tuple[float, str]:
 def read_lib(env: Mapping[str, str]) -> str:
     """The library path as given (checked later by the binding: absolute, present, right ABI)."""
     return env.get("KDTREE_LIB", "")
+
+
+def read_status_interval(env: Mapping[str, str]) -> tuple[float, str]:
+    """(seconds, problem) between two writes of the status publisher (`KDTREE_STATUS_INTERVAL`).
+    Unset or empty gives DEFAULT_STATUS_INTERVAL; anything but a finite number >= MIN_STATUS_INTERVAL
+    gives DEFAULT_STATUS_INTERVAL and a problem text (the patch itself is not affected)."""
+    raw = env.get("KDTREE_STATUS_INTERVAL", "").strip()
+    if not raw:
+        return DEFAULT_STATUS_INTERVAL, ""
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if math.isfinite(seconds) and seconds >= MIN_STATUS_INTERVAL:
+        return seconds, ""
+    return DEFAULT_STATUS_INTERVAL, (
+        f"KDTREE_STATUS_INTERVAL={raw!r} is not a number >= {MIN_STATUS_INTERVAL} "
+        f"(using {DEFAULT_STATUS_INTERVAL})"
+    )

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kdtree_verify import marker
+from kdtree_verify.counters import RUNTIME_FALLBACK
 from kdtree_verify.shapes import HEAD_DIM_QK, HEAD_DIM_V
 from kdtree_verify.state import LOCK, STATE
 from kdtree_verify.target import EXPECTED_PARAMS, TARGET_ATTR, TARGET_CLASS, TARGET_MODULE
@@ -28,6 +29,9 @@ from kdtree_verify.target import EXPECTED_PARAMS, TARGET_ATTR, TARGET_CLASS, TAR
 logger = logging.getLogger(__name__)
 
 WRAPPER_FLAG = "_kdtree_verify_wrapper"
+# STATE.counts keys (kdtree_verify.counters turns them into the status file's counters): "kernel" (the
+# kernel's output was returned), "original:<reason>" (the original's, and why), "validate" (validate
+# mode: the original's output returned, the kernel's compared on the device), RUNTIME_FALLBACK.
 _DEFAULTS = {"save_kv_cache": True, "sinks": None, "score_mod": None, "aux_tensors": None}
 
 
@@ -141,6 +145,7 @@ def unsupported_reason(backend, q, k, v, layer, forward_batch, sinks, score_mod,
 
 def _runtime_fallback(reason: str) -> None:
     STATE.kernel_error = reason
+    STATE.count(RUNTIME_FALLBACK)
     logger.info("kdtree-verify runtime fallback: %s", reason)
     marker.emit_runtime_fallback(reason)
 
@@ -223,8 +228,9 @@ def dispatch(original, backend, q, k, v, layer, forward_batch, save_kv_cache, si
 
     try:
         reason = unsupported_reason(backend, q, k, v, layer, forward_batch, sinks, score_mod, aux_tensors)
-    except Exception as exc:
-        reason = f"dispatch check failed: {type(exc).__name__}: {exc}"
+    except Exception as exc:  # counted by the exception's type only (a message may differ per call)
+        logger.info("kdtree-verify: dispatch check failed: %s: %s", type(exc).__name__, exc)
+        reason = f"dispatch check failed: {type(exc).__name__}"
     if reason is not None:
         STATE.count(f"original:{reason}")
         return run_original()
@@ -264,6 +270,7 @@ def _validate(run_original, kernel, backend, q, k, v, layer):
     try:
         kernel.run(**_kernel_args(backend, q, k, v, layer, out))
     except Exception as exc:
+        STATE.count("original:kernel call failed")
         _runtime_fallback(f"kernel call failed: {type(exc).__name__}: {exc}")
         return triton_out
     kv_dtype = _dtype_name(backend.token_to_kv_pool.get_key_buffer(layer.layer_id))

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
-from kdtree_verify import config, dispatch, marker
+from kdtree_verify import config, dispatch, marker, publish
 from kdtree_verify.state import LOCK, STATE
 from kdtree_verify.target import (
     EXPECTED_PARAMS,
@@ -102,6 +102,7 @@ def _finish(mode: str, state: str, reason: str) -> dict[str, Any]:
     # The marker below is the one loud line on stderr; the log record is for SGLang's own log.
     logger.info("kdtree-verify state=%s reason=%s", state, reason or "-")
     marker.emit(mode, state, reason, STATE.lib, STATE.lib_sha256, STATE.sglang)
+    publish.start()  # the status files' publisher thread, in this process only (never raises)
     return status()
 
 
@@ -255,6 +256,7 @@ def status() -> dict[str, Any]:
 
 def reset_for_tests() -> None:
     """Undo everything, the marker of this process included (tests only)."""
+    publish.stop_for_tests()
     uninstall()
     with LOCK:
         STATE.reset()

@@ -49,6 +49,7 @@ _lock = threading.Lock()
 _emitted: dict[str, Any] | None = None
 _printed = False  # did this process's marker line reach stderr?
 _status_file = ""  # the status file written last, or "unwritable: <reason>"; "" when none was asked for
+_status_extra: dict[str, Any] = {}  # the status publisher's fields (counters, times), merged into <pid>.json
 
 
 def escape(value: object) -> str:
@@ -177,49 +178,96 @@ def _create_exclusive(name: str, dir_fd: int) -> int:
         return os.open(name, flags, 0o644, dir_fd=dir_fd)
 
 
-def _write_status_file(fields: dict[str, Any]) -> None:
-    """`<KDTREE_STATUS_DIR>/<pid>.json` (when the variable is set), written safely; a problem is
-    reported on its own ``kdtree-verify-status:`` line (state=unwritable), never as a fallback."""
-    global _status_file
+def write_status(name: str, data: bytes) -> str:
+    """Write `data` as `$KDTREE_STATUS_DIR/<name>` through `<name>.tmp` (O_EXCL|O_NOFOLLOW) and a rename,
+    into a directory checked as the module docstring says. Returns the path written, '' when
+    KDTREE_STATUS_DIR is not set. Raises ValueError or OSError; `write_problem()` words either."""
     status_dir = os.environ.get("KDTREE_STATUS_DIR")
     if not status_dir:
-        return
-    name = f"{fields['pid']}.json"
+        return ""
     tmp = f"{name}.tmp"
+    if not os.path.isabs(status_dir):
+        raise ValueError(f"KDTREE_STATUS_DIR={status_dir!r} is not an absolute path")
+    if os.path.islink(status_dir):  # said clearly here; O_NOFOLLOW below closes the race
+        raise ValueError(f"{status_dir} is a symlink")
+    dir_fd = _open_status_dir(status_dir)
     try:
-        if not os.path.isabs(status_dir):
-            raise ValueError(f"KDTREE_STATUS_DIR={status_dir!r} is not an absolute path")
-        if os.path.islink(status_dir):  # said clearly here; O_NOFOLLOW below closes the race
-            raise ValueError(f"{status_dir} is a symlink")
-        dir_fd = _open_status_dir(status_dir)
+        problem = _status_dir_problem(dir_fd, status_dir)
+        if problem:
+            raise ValueError(problem)
+        fd = _create_exclusive(tmp, dir_fd)
         try:
-            problem = _status_dir_problem(dir_fd, status_dir)
-            if problem:
-                raise ValueError(problem)
-            data = json.dumps(fields, sort_keys=True, default=str).encode("utf-8")
-            fd = _create_exclusive(tmp, dir_fd)
             try:
-                try:
-                    while data:
-                        data = data[os.write(fd, data) :]
-                finally:
-                    os.close(fd)
-                os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            except OSError:  # a full disk: leave no half-written .tmp behind
-                try:
-                    os.unlink(tmp, dir_fd=dir_fd)
-                except OSError:
-                    pass
-                raise
-        finally:
-            os.close(dir_fd)
-        _status_file = os.path.join(status_dir, name)
+                while data:
+                    data = data[os.write(fd, data) :]
+            finally:
+                os.close(fd)
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except OSError:  # a full disk: leave no half-written .tmp behind
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(dir_fd)
+    return os.path.join(status_dir, name)
+
+
+def write_problem(exc: BaseException, name: str) -> str:
+    """The one-line reason for a `write_status` failure."""
+    if isinstance(exc, OSError) and exc.errno == errno.ELOOP:
+        return f"{os.environ.get('KDTREE_STATUS_DIR')} or {name}.tmp became a symlink: {exc}"
+    return str(exc)
+
+
+def say_unwritable(reason: str) -> None:
+    """The ``kdtree-verify-status: pid=<pid> state=unwritable reason=<r>`` line."""
+    say(f"{STATUS_PREFIX} pid={os.getpid()} state={STATUS_UNWRITABLE} reason={escape(reason)}")
+
+
+def _write_status_file(fields: dict[str, Any]) -> str:
+    """`<KDTREE_STATUS_DIR>/<pid>.json` (when the variable is set): the marker fields plus what the
+    status publisher set, written safely. Returns the problem ('' when the file was written or not
+    asked for); the callers report it on the ``kdtree-verify-status:`` line, never as a fallback."""
+    global _status_file
+    name = f"{fields['pid']}.json"
+    try:
+        data = json.dumps({**fields, **_status_extra}, sort_keys=True, default=str).encode("utf-8")
+        path = write_status(name, data)
+        if path:
+            _status_file = path
+        return ""
     except (OSError, ValueError) as exc:
-        reason = str(exc)
-        if isinstance(exc, OSError) and exc.errno == errno.ELOOP:
-            reason = f"{status_dir} or {tmp} became a symlink: {exc}"
+        reason = write_problem(exc, name)
         _status_file = f"{STATUS_UNWRITABLE}: {reason}"
-        say(f"{STATUS_PREFIX} pid={os.getpid()} state={STATUS_UNWRITABLE} reason={escape(reason)}")
+        return reason
+
+
+def _write_status_file_loud(fields: dict[str, Any]) -> None:
+    reason = _write_status_file(fields)
+    if reason:
+        say_unwritable(reason)
+
+
+def set_status_extra(extra: dict[str, Any]) -> None:
+    """Fields the status file carries besides the marker's (the status publisher's counters and
+    times); kept for the marker's own later writes (a runtime fallback) too."""
+    global _status_extra
+    with _lock:
+        _status_extra = dict(extra)
+
+
+def publish_status(extra: dict[str, Any]) -> str:
+    """Rewrite this process's `<pid>.json`: the marker fields plus `extra` (kept as with
+    `set_status_extra`). Nothing is printed: returns the problem, or '' (written, or nothing to
+    write: no marker in this process or no KDTREE_STATUS_DIR)."""
+    global _status_extra
+    with _lock:
+        _status_extra = dict(extra)
+        if _emitted is None or _emitted["pid"] != os.getpid():
+            return ""
+        return _write_status_file(_emitted)
 
 
 def emit(
@@ -243,7 +291,7 @@ def emit(
         }
         _printed = say(format_line(fields))
         _emitted = fields
-        _write_status_file(fields)
+        _write_status_file_loud(fields)
         return True
 
 
@@ -256,7 +304,7 @@ def emit_runtime_fallback(reason: str) -> None:
             _emitted["state"] = "fallback"
             _emitted["reason"] = reason
             _emitted["runtime_fallback"] = True
-            _write_status_file(_emitted)
+            _write_status_file_loud(_emitted)
 
 
 def emitted() -> dict[str, Any] | None:
@@ -275,8 +323,9 @@ def delivery() -> dict[str, Any]:
 
 def reset_for_tests() -> None:
     """Forget this process's marker, so the next emit() prints again (tests only)."""
-    global _emitted, _printed, _status_file
+    global _emitted, _printed, _status_file, _status_extra
     with _lock:
         _emitted = None
         _printed = False
         _status_file = ""
+        _status_extra = {}

@@ -40,6 +40,10 @@ class PatchState:
         self.hook_problem: Callable[[Any], str] | None = None
 
     def count(self, key: str) -> None:
+        """One more call down `key`'s path. No lock, on purpose: this runs on every forward_extend
+        call, and SGLang calls forward_extend from one thread per scheduler process. Readers (the
+        status publisher) take `dict(self.counts)`, one C-level copy under the GIL, never a torn dict;
+        two threads counting at once could lose an increment, never raise."""
         self.counts[key] = self.counts.get(key, 0) + 1
 
 

@@ -43,6 +43,8 @@ class ValidateStats:
         self.tol = float(tol)
         self.stats = torch.zeros(4, dtype=torch.float64, device=self.device)
         self.history = torch.zeros(HISTORY, 2, dtype=torch.float32, device=self.device)
+        self._copy_stream: Any = None  # the status publisher's side stream and pinned buffer (CUDA)
+        self._host: torch.Tensor | None = None
 
     def scratch(self, tokens: int, width: int, dtype: torch.dtype) -> torch.Tensor:
         return torch.empty((tokens, width), dtype=dtype, device=self.device)
@@ -75,4 +77,28 @@ class ValidateStats:
             "max_rel": values[MAX_REL],
             "tol": self.tol,
             "recent": recent[-16:] if calls <= HISTORY else None,
+        }
+
+    def snapshot(self) -> dict:
+        """{"compared", "mismatches", "max_diff"} for the status publisher, without synchronising the
+        forward stream: on CUDA a non-blocking copy on a side stream into pinned memory, and a wait
+        for that copy only (it does not wait for the forward's pending updates either, so the values
+        may lag by the calls still in flight). On the CPU a plain read. Call it from one thread."""
+        if self.device.type == "cuda":
+            if self._copy_stream is None:
+                self._copy_stream = torch.cuda.Stream(device=self.device)
+                self._host = torch.empty(4, dtype=torch.float64, pin_memory=True)
+            assert self._host is not None
+            with torch.cuda.stream(self._copy_stream):
+                self._host.copy_(self.stats, non_blocking=True)
+                done = torch.cuda.Event()
+                done.record(self._copy_stream)
+            done.synchronize()
+            values = self._host.tolist()
+        else:
+            values = self.stats.tolist()
+        return {
+            "compared": int(values[CALLS]),
+            "mismatches": int(values[MISMATCHES]),
+            "max_diff": values[MAX_ABS],
         }

@@ -1,0 +1,101 @@
+"""The Prometheus text format (0.0.4) of status documents (`<pid>.json`, docs/CONTRACTS.md section 3b):
+the node-exporter textfile `<pid>.prom` and ``python -m kdtree_verify.status --prom``.
+
+Stdlib only and no import of the package: `statusdir.py` loads this file by path on a host.
+Every sample carries ``pid="<pid>"``; counters end in ``_total``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+CALLS = "kdtree_verify_calls_total"
+RUNTIME_FALLBACKS = "kdtree_verify_runtime_fallbacks_total"
+VALIDATE_COMPARED = "kdtree_verify_validate_compared_total"
+VALIDATE_MISMATCHES = "kdtree_verify_validate_mismatches_total"
+VALIDATE_MAX_ABS_DIFF = "kdtree_verify_validate_max_abs_diff"
+PATCH_INFO = "kdtree_verify_patch_info"
+UPDATED = "kdtree_verify_status_updated_timestamp_seconds"
+
+# name -> (type, help). The order is the order of the text.
+FAMILIES: dict[str, tuple[str, str]] = {
+    CALLS: (
+        "counter",
+        "forward_extend calls by the path whose output was returned: the kdtree kernel, or the "
+        "original method and why (calls replayed from a CUDA graph are not counted).",
+    ),
+    RUNTIME_FALLBACKS: ("counter", "Times the kernel library failed at run time (load, GPU check or call)."),
+    VALIDATE_COMPARED: ("counter", "Validate mode: calls whose kernel output was compared with Triton's."),
+    VALIDATE_MISMATCHES: ("counter", "Validate mode: compared calls beyond the tolerance."),
+    VALIDATE_MAX_ABS_DIFF: ("gauge", "Validate mode: largest max abs difference kernel vs Triton so far."),
+    PATCH_INFO: ("gauge", "The patch in this process: mode, state, library build and SGLang version."),
+    UPDATED: ("gauge", "When this process last wrote its status (Unix time)."),
+}
+
+
+def escape_label(value: object) -> str:
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def format_value(value: float | int) -> str:
+    if isinstance(value, bool):
+        value = int(value)
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+def samples(doc: dict[str, Any]) -> list[tuple[str, dict[str, str], float | int]]:
+    """(metric name, labels, value) of one status document."""
+    pid = str(doc.get("pid", ""))
+    out: list[tuple[str, dict[str, str], float | int]] = []
+    counters = doc.get("counters") or {}
+    out.append((CALLS, {"pid": pid, "path": "kernel"}, int(counters.get("kernel_calls", 0))))
+    for reason, value in sorted((counters.get("original_calls") or {}).items()):
+        out.append((CALLS, {"pid": pid, "path": "original", "reason": str(reason)}, int(value)))
+    out.append((RUNTIME_FALLBACKS, {"pid": pid}, int(counters.get("runtime_fallbacks", 0))))
+    validate = doc.get("validate")
+    if isinstance(validate, dict):
+        out.append((VALIDATE_COMPARED, {"pid": pid}, int(validate.get("compared", 0))))
+        out.append((VALIDATE_MISMATCHES, {"pid": pid}, int(validate.get("mismatches", 0))))
+        out.append((VALIDATE_MAX_ABS_DIFF, {"pid": pid}, float(validate.get("max_diff", 0.0))))
+    info = {
+        "pid": pid,
+        "mode": str(doc.get("mode", "")),
+        "state": str(doc.get("state", "")),
+        "build_id": str(doc.get("build_id", "")),
+        "sglang": str(doc.get("sglang", "")),
+    }
+    out.append((PATCH_INFO, info, 1))
+    if "updated" in doc:
+        out.append((UPDATED, {"pid": pid}, float(doc["updated"])))
+    return out
+
+
+def render(docs: Iterable[dict[str, Any]]) -> str:
+    """The text format of any number of status documents: one HELP/TYPE per family, then its
+    samples, one per process."""
+    by_family: dict[str, list[str]] = {name: [] for name in FAMILIES}
+    for doc in docs:
+        for name, labels, value in samples(doc):
+            text = ",".join(f'{key}="{escape_label(val)}"' for key, val in labels.items())
+            by_family[name].append(f"{name}{{{text}}} {format_value(value)}")
+    lines: list[str] = []
+    for name, rows in by_family.items():
+        if not rows:
+            continue
+        kind, help_text = FAMILIES[name]
+        lines.append(f"# HELP {name} {escape_help(help_text)}")
+        lines.append(f"# TYPE {name} {kind}")
+        lines.extend(rows)
+    return "\n".join(lines) + "\n" if lines else ""

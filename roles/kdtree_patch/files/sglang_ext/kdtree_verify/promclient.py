@@ -1,0 +1,120 @@
+"""Mirror the status document into SGLang's own /metrics (prometheus_client multiprocess mode).
+
+SGLang 0.5.23 with ``--enable-metrics`` sets ``PROMETHEUS_MULTIPROC_DIR`` in the launcher before it
+spawns the schedulers (`engine._set_envs_and_config` -> `set_prometheus_multiproc_dir`), and its HTTP
+server's /metrics is a `MultiProcessCollector` over every ``*.db`` file of that directory
+(`utils.common.add_prometheus_middleware`). prometheus_client in a scheduler picks the mmap-backed
+value class from the inherited variable, so a Counter or Gauge created there, in any registry or
+none, is in /metrics: SGLang's own scheduler metrics work this way. The metrics here are created
+with ``registry=None`` (no clash with anything in the process's default registry).
+
+Names and labels are the textfile's (`metrics.py`), with two differences that the multiprocess
+collector dictates:
+- counters carry ``pid`` as a label of their own (the collector sums counters across processes);
+- gauges use ``multiprocess_mode="all"``: the collector adds ``pid`` from the file name (this
+  process's pid, the same value). ``max``/``mostrecent``/``livesum`` would drop every label called
+  ``pid`` and merge the processes; ``liveall`` needs `mark_process_dead`, which SGLang never calls.
+  A dead scheduler's series stay until SGLang removes its temporary directory.
+``kdtree_verify_patch_info`` is set to 0 for a label set that is no longer this process's (a
+runtime fallback changes ``state``): a multiprocess file cannot forget a series.
+
+The counters are brought up to STATE's by their increase since the last call: the forward path
+itself never touches prometheus_client.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from kdtree_verify import metrics
+
+logger = logging.getLogger(__name__)
+
+INFO_LABELS = ("mode", "state", "build_id", "sglang")
+
+
+def wanted(env: Mapping[str, str] | None = None) -> bool:
+    """PROMETHEUS_MULTIPROC_DIR is set (SGLang runs with --enable-metrics); `env` defaults to os.environ."""
+    env = os.environ if env is None else env
+    return bool(env.get("PROMETHEUS_MULTIPROC_DIR") or env.get("prometheus_multiproc_dir"))
+
+
+def _base(name: str) -> str:
+    return name[: -len("_total")] if name.endswith("_total") else name
+
+
+class Mirror:
+    """prometheus_client Counters/Gauges kept equal to the status documents given to `update`."""
+
+    def __init__(self, client: Any = None) -> None:
+        if client is None:
+            import prometheus_client as client  # raises ImportError when absent
+        self._client = client
+        self._seen: dict[tuple[int, tuple[str, ...]], float] = {}
+        self._info: tuple[str, ...] | None = None
+        help_of = {name: text for name, (_, text) in metrics.FAMILIES.items()}
+        counter, gauge = client.Counter, client.Gauge
+        self.calls = counter(
+            _base(metrics.CALLS), help_of[metrics.CALLS], ["pid", "path", "reason"], registry=None
+        )
+        self.fallbacks = counter(
+            _base(metrics.RUNTIME_FALLBACKS), help_of[metrics.RUNTIME_FALLBACKS], ["pid"], registry=None
+        )
+        self.compared = counter(
+            _base(metrics.VALIDATE_COMPARED), help_of[metrics.VALIDATE_COMPARED], ["pid"], registry=None
+        )
+        self.mismatches = counter(
+            _base(metrics.VALIDATE_MISMATCHES), help_of[metrics.VALIDATE_MISMATCHES], ["pid"], registry=None
+        )
+        self.max_diff = gauge(
+            metrics.VALIDATE_MAX_ABS_DIFF,
+            help_of[metrics.VALIDATE_MAX_ABS_DIFF],
+            registry=None,
+            multiprocess_mode="all",
+        )
+        self.info = gauge(
+            metrics.PATCH_INFO,
+            help_of[metrics.PATCH_INFO],
+            list(INFO_LABELS),
+            registry=None,
+            multiprocess_mode="all",
+        )
+        self.updated = gauge(
+            metrics.UPDATED, help_of[metrics.UPDATED], registry=None, multiprocess_mode="all"
+        )
+
+    def _bring_up(self, metric: Any, labels: tuple[str, ...], value: float) -> None:
+        key = (id(metric), labels)
+        increase = value - self._seen.get(key, 0.0)
+        if increase > 0:
+            metric.labels(*labels).inc(increase)
+            self._seen[key] = value
+        elif key not in self._seen:  # the series exists from the first write, at 0
+            metric.labels(*labels)
+            self._seen[key] = 0.0
+
+    def update(self, doc: dict[str, Any]) -> None:
+        pid = str(doc.get("pid", os.getpid()))
+        for name, labels, value in metrics.samples(doc):
+            if name == metrics.CALLS:
+                row = (pid, labels["path"], labels.get("reason", ""))
+                self._bring_up(self.calls, row, float(value))
+            elif name == metrics.RUNTIME_FALLBACKS:
+                self._bring_up(self.fallbacks, (pid,), float(value))
+            elif name == metrics.VALIDATE_COMPARED:
+                self._bring_up(self.compared, (pid,), float(value))
+            elif name == metrics.VALIDATE_MISMATCHES:
+                self._bring_up(self.mismatches, (pid,), float(value))
+            elif name == metrics.VALIDATE_MAX_ABS_DIFF:
+                self.max_diff.set(float(value))
+            elif name == metrics.PATCH_INFO:
+                info = tuple(labels[key] for key in INFO_LABELS)
+                if self._info is not None and self._info != info:
+                    self.info.labels(*self._info).set(0)
+                self.info.labels(*info).set(1)
+                self._info = info
+            elif name == metrics.UPDATED:
+                self.updated.set(float(value))
