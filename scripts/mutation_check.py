@@ -33,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EXT = "roles/kdtree_patch/files/sglang_ext"
 PKG = f"{EXT}/kdtree_verify"
 SMOKE = "plugins/modules/kdtree_smoke.py"
+REPORT = "plugins/module_utils/report.py"
+REPORT_TESTS = "tests/roles/test_report.py"
 # Untracked links into /work/main in a worktree: never copied (the run uses this venv's pytest).
 SKIP_TOP = {".venv", ".cache", ".git"}
 
@@ -122,6 +124,33 @@ MUTANTS = (
         "sliding_window_size > 0",
         (f"{UNSUPPORTED}[sliding window of size 0]",),
         "the sliding-window check becomes > 0 (a window of 0 would reach the kernel)",
+    ),
+    Mutant(
+        "report-stale-status-counts",
+        REPORT,
+        "read_status_files",
+        r"if pid not in live or \(",
+        "if False and (",
+        (REPORT_TESTS, "-k", "stale"),
+        "the fleet report counts the status file of a process that is not the unit's",
+    ),
+    Mutant(
+        "report-reused-pid",
+        REPORT,
+        "read_status_files",
+        r"written < started - 1\.0",
+        "written < started - 1e9",
+        (REPORT_TESTS, "-k", "older_than_its_process"),
+        "the fleet report takes an earlier process's file for a live process with the same pid",
+    ),
+    Mutant(
+        "report-host-without-row",
+        REPORT,
+        "rows",
+        r'out\.append\(\{"host": host, "errors": \[why\], "problems": \[why\]\}\)',
+        "pass",
+        (REPORT_TESTS, "-k", "every_host"),
+        "the fleet report leaves out an unreachable host instead of a row that says so",
     ),
 )
 

@@ -10,7 +10,14 @@ from conftest import ROLE_NAMES, ROLES, ROOT, load_yaml
 
 
 def test_every_role_is_found():
-    assert ROLE_NAMES == ["kdtree_build", "kdtree_patch", "kdtree_rollback", "kdtree_service", "kdtree_smoke"]
+    assert ROLE_NAMES == [
+        "kdtree_build",
+        "kdtree_patch",
+        "kdtree_report",
+        "kdtree_rollback",
+        "kdtree_service",
+        "kdtree_smoke",
+    ]
 
 
 def _main_options(role: str) -> dict:

@@ -1,0 +1,576 @@
+"""The fleet report: what one host runs now, read without changing anything, and its table line.
+
+gather() is the host side (the kdtree_report module): the unit's state (`systemctl show` through
+unit_env.systemctl_show), the health answer and who holds its port, the deploy history
+(history.load, the one reader of its format), the patch's status files of the unit's live processes
+(`<status_dir>/<pid>.json`), the main process's NCCL_* environment and command line, and the GPU's
+compute capability. Every host read goes through a HostReader, so tests hand it a fake; every
+command it runs has a timeout. Nothing is written.
+
+format_table() and rows() are the controller side (the kdtree_report_table and kdtree_report_rows
+filters): one fixed-width line per host, from the rows gather() returned. This file is the one
+owner of the report's fields and its table format.
+
+Status files are written by the patch (kdtree_verify/marker.py) and grow new fields over time; every
+field is optional here and a file of an older patch is read as far as it goes. A file counts only
+when its pid is a live process of the unit (the unit's cgroup) that started before the file was
+written; the others are stale (an earlier run, or a reused pid): ignored and counted.
+
+Stdlib only (the module runs it on the host; the filter on the controller).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from ansible_collections.kdtree.fleet.plugins.module_utils import history, smoke_host, unit_env
+
+SHOW_PROPS = ("ActiveState", "SubState", "MainPID", "ExecMainStartTimestamp", "ControlGroup")
+NVIDIA_SMI_TIMEOUT_S = 10.0
+# The build directory's BUILD_INFO (kdtree_build writes id=, arch=, compute_capability=).
+BUILD_INFO = "BUILD_INFO"
+SHORT_DIGEST = 12
+SHORT_WHY = 60
+NONE = "-"
+
+
+@dataclass
+class Query:
+    """What to report on: the unit (without .service), its health URL and status directory.
+
+    status_dir "" takes the one the history's current entry names; history_path is the deploy
+    history; nvidia_smi is asked for the compute capability only when the history's build does not
+    say it (and only when it is installed)."""
+
+    unit: str
+    host: str = ""
+    health_url: str = ""
+    status_dir: str = ""
+    history_path: str = history.DEFAULT_PATH
+    scheduler_prefix: str = smoke_host.SCHEDULER_PREFIX
+    nvidia_smi: str = "nvidia-smi"
+
+
+class HostReader:
+    """Every read of the host the report makes (tests replace these methods)."""
+
+    def show(self, unit: str) -> dict[str, str]:
+        return unit_env.systemctl_show(f"{unit}.service", *SHOW_PROPS)
+
+    def cgroup_pids(self, control_group: str) -> list[int]:
+        return smoke_host._cgroup_pids(control_group)
+
+    def title(self, pid: int) -> str:
+        return smoke_host._title(pid)
+
+    def cmdline(self, pid: int) -> list[str]:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                raw = handle.read()
+        except OSError:
+            return []
+        return [arg.decode("utf-8", "replace") for arg in raw.split(b"\0") if arg]
+
+    def environ(self, pid: int) -> dict[str, str] | None:
+        return smoke_host._environ(pid)
+
+    def process_start(self, pid: int) -> float | None:
+        return smoke_host._process_start(pid)
+
+    def health(self, url: str) -> str:
+        return smoke_host._health(url)
+
+    def health_owner(self, url: str, unit: str, pids: list[int]) -> str:
+        return smoke_host._health_owner(url, unit, pids)
+
+    def history(self, path: str) -> list[dict[str, Any]]:
+        return history.load(path)
+
+    def read_text(self, path: str) -> str:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+
+    def listdir(self, path: str) -> list[str]:
+        return sorted(os.listdir(path))
+
+    def mtime(self, path: str) -> float:
+        return os.stat(path).st_mtime
+
+    def nvidia_smi(self, binary: str) -> str:
+        """The first GPU's compute capability, "" when nvidia-smi is absent or says nothing."""
+        if not shutil.which(binary):
+            return ""
+        out = subprocess.run(
+            [binary, "--query-gpu=compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            check=False,
+            timeout=NVIDIA_SMI_TIMEOUT_S,
+        )
+        lines = out.stdout.strip().splitlines()
+        return lines[0].strip() if out.returncode == 0 and lines else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# the deploy history
+
+
+def current_entry(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The entry that describes what runs now; None when kdtree is not (or no longer) deployed.
+
+    The newest entry, unless it removed kdtree (a rollback to stock) or is a deploy that was rolled
+    back: then the last good one when it went back to previous, else none. (The deploy's rescue
+    ends the failed entry after the rollback's own entry, so that entry is usually the newest.)
+    """
+    if not entries:
+        return None
+    newest = entries[-1]
+    if newest.get("restored_from") == "stock" or newest.get("result") == "removed":
+        return None
+    if newest.get("result") == "rolled_back":
+        if str(newest.get("rolled_back_to", "")).startswith("previous"):
+            return history.last_good(entries[:-1], "-")
+        return None
+    return newest
+
+
+def last_deploy(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The newest deploy (not a restore or a removal by a rollback)."""
+    for entry in reversed(entries):
+        if not entry.get("restored_from"):
+            return entry
+    return None
+
+
+def _when(entry: dict[str, Any]) -> str:
+    return str(entry.get("ended") or entry.get("started") or "")
+
+
+def _short(text: Any, limit: int = SHORT_WHY) -> str:
+    line = " ".join(str(text or "").split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def deploy_summary(entry: dict[str, Any] | None) -> dict[str, Any] | None:
+    if entry is None:
+        return None
+    return {
+        "id": entry.get("id", ""),
+        "result": entry.get("result", ""),
+        "rolled_back_to": entry.get("rolled_back_to", ""),
+        "why": _short(entry.get("why")),
+        "when": _when(entry),
+        "build_id": entry.get("build_id", ""),
+    }
+
+
+def build_info(text: str) -> dict[str, str]:
+    """BUILD_INFO's `key=value` lines."""
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+# ---------------------------------------------------------------------------------------------
+# status files
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def read_status_files(
+    reader: HostReader, status_dir: str, live_pids: list[int]
+) -> tuple[list[dict[str, Any]], int, list[str]]:
+    """(the live processes' status files, how many stale files, problems reading the directory).
+
+    A file is `<pid>.json` (a `.tmp` is a write in progress and skipped); it counts when its pid (its
+    `pid` field, else its name) is one of live_pids and it was written after that process started."""
+    if not status_dir:
+        return [], 0, []
+    try:
+        names = [n for n in reader.listdir(status_dir) if n.endswith(".json")]
+    except FileNotFoundError:
+        return [], 0, []  # the unit is stopped (RuntimeDirectory= is gone) or never ran patched
+    except OSError as exc:
+        return [], 0, [f"cannot list {status_dir}: {exc}"]
+    live = set(live_pids)
+    found: list[dict[str, Any]] = []
+    stale = 0
+    for name in names:
+        path = os.path.join(status_dir, name)
+        try:
+            data = json.loads(reader.read_text(path))
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            written = reader.mtime(path)
+        except (OSError, ValueError):
+            stale += 1  # unreadable or half-written: nothing to report from it
+            continue
+        pid = _int(data.get("pid"))
+        if pid is None:
+            stem = name[: -len(".json")]
+            pid = int(stem) if stem.isdigit() else None
+        started = reader.process_start(pid) if pid in live else None
+        if pid not in live or (started is not None and written < started - 1.0):
+            stale += 1
+            continue
+        found.append({**data, "pid": pid})
+    return found, stale, []
+
+
+def summarize_status(files: list[dict[str, Any]]) -> dict[str, Any]:
+    """Sums over the live status files. A sum is None when no file has the field (an older patch)."""
+    kernel_calls: list[int] = []
+    originals: Counter[str] = Counter()
+    has_originals = False
+    runtime = 0
+    has_runtime = False
+    runtime_reason = ""
+    compared: list[int] = []
+    mismatches: list[int] = []
+    max_diffs: list[float] = []
+    for item in files:
+        counters = item.get("counters") if isinstance(item.get("counters"), dict) else {}
+        if _int(counters.get("kernel_calls")) is not None:
+            kernel_calls.append(counters["kernel_calls"])
+        calls = counters.get("original_calls")
+        if isinstance(calls, dict):
+            has_originals = True
+            for reason, count in calls.items():
+                if _int(count):
+                    originals[str(reason)] += count
+        count = _int(counters.get("runtime_fallbacks"))
+        if count is None and "runtime_fallback" in item:  # a file of a patch without counters
+            count = 1 if item.get("runtime_fallback") else 0
+        if count is not None:
+            has_runtime = True
+            runtime += count
+        if count and not runtime_reason:
+            runtime_reason = str(counters.get("runtime_fallback_reason") or item.get("reason") or "")
+        validate = item.get("validate") if isinstance(item.get("validate"), dict) else {}
+        for key, into in (("compared", compared), ("mismatches", mismatches)):
+            if _int(validate.get(key)) is not None:
+                into.append(validate[key])
+        if _num(validate.get("max_diff")) is not None:
+            max_diffs.append(float(validate["max_diff"]))
+    top = originals.most_common(1)
+    return {
+        "kernel_calls": sum(kernel_calls) if kernel_calls else None,
+        "fallbacks": sum(originals.values()) if has_originals else None,
+        "fallbacks_by_reason": dict(originals),
+        "fallback_top_reason": top[0][0] if top else "",
+        "runtime_fallbacks": runtime if has_runtime else None,
+        "runtime_fallback_reason": runtime_reason,
+        "validate_compared": sum(compared) if compared else None,
+        "validate_mismatches": sum(mismatches) if mismatches else None,
+        "validate_max_diff": max(max_diffs) if max_diffs else None,
+    }
+
+
+def node_rank(args: list[str]) -> int:
+    """--node-rank of a launch command line (0 when absent or unreadable)."""
+    for i, arg in enumerate(args):
+        value = None
+        if arg == "--node-rank" and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith("--node-rank="):
+            value = arg.partition("=")[2]
+        if value is not None:
+            return int(value) if value.isdigit() else 0
+    return 0
+
+
+def health_word(answer: str) -> str:
+    """ok for 200, else the code or the error as read."""
+    if answer == "200":
+        return "ok"
+    return answer or NONE
+
+
+# ---------------------------------------------------------------------------------------------
+# one host
+
+
+def _schedulers_of(reader: HostReader, pids: list[int], prefix: str) -> list[int]:
+    return [pid for pid in pids if reader.title(pid).startswith(prefix)]
+
+
+def _nccl(
+    reader: HostReader, main_pid: int, wanted: dict[str, Any]
+) -> tuple[bool | None, dict[str, Any], str]:
+    """(every templated NCCL_* value is in the main process's environ, the differing ones, problem)."""
+    if not main_pid:
+        return None, {}, ""
+    env = reader.environ(main_pid)
+    if not env:
+        return None, {}, f"cannot read /proc/{main_pid}/environ (empty: SPT_NOENV unset?)"
+    wrong = {k: env.get(k) for k, v in (wanted or {}).items() if env.get(k) != str(v)}
+    return not wrong, wrong, ""
+
+
+def command_error(exc: Exception) -> str:
+    """A failed or timed-out host command, in one short line."""
+    if isinstance(exc, subprocess.CalledProcessError):
+        return _short(f"rc={exc.returncode} {exc.stderr or ''}", 120)
+    if isinstance(exc, subprocess.TimeoutExpired):
+        return f"no answer within {exc.timeout:g} s"
+    return _short(exc, 120)
+
+
+def _gpu(reader: HostReader, query: Query, entry: dict[str, Any] | None, errors: list[str]) -> dict[str, str]:
+    info: dict[str, str] = {}
+    if entry:
+        info = {k: str(entry[k]) for k in ("arch", "compute_capability") if entry.get(k)}
+        if entry.get("lib_path") and not info:
+            path = os.path.join(os.path.dirname(str(entry["lib_path"])), BUILD_INFO)
+            try:
+                found = build_info(reader.read_text(path))
+                info = {k: found[k] for k in ("arch", "compute_capability") if found.get(k)}
+            except OSError:
+                pass
+    if not info.get("compute_capability"):
+        try:
+            cc = reader.nvidia_smi(query.nvidia_smi)
+        except (OSError, subprocess.SubprocessError) as exc:
+            errors.append(f"{query.nvidia_smi}: {command_error(exc)}")
+            cc = ""
+        if cc:
+            info["compute_capability"] = cc
+    return info
+
+
+def gather(query: Query, reader: HostReader | None = None) -> dict[str, Any]:
+    """One host's row. Never raises for what it cannot read: that goes to `errors` (and problems)."""
+    reader = reader or HostReader()
+    errors: list[str] = []
+    try:
+        props = reader.show(query.unit)
+    except (OSError, subprocess.SubprocessError) as exc:
+        errors.append(f"systemctl show {query.unit}.service: {command_error(exc)}")
+        props = {}
+    try:
+        entries = reader.history(query.history_path)
+    except history.HistoryError as exc:
+        errors.append(str(exc))
+        entries = []
+    entry = current_entry(entries)
+    last = last_deploy(entries)
+    good = history.last_good(entries, "-")
+
+    pids = reader.cgroup_pids(props.get("ControlGroup", "")) if props.get("ControlGroup") else []
+    main_pid = int(props.get("MainPID") or 0) if str(props.get("MainPID", "")).isdigit() else 0
+    schedulers = _schedulers_of(reader, pids, query.scheduler_prefix)
+    status_dir = query.status_dir or str((entry or {}).get("status_dir") or "")
+    files, stale, problems = read_status_files(reader, status_dir, pids)
+    errors += problems
+    wanted_state = str((entry or {}).get("marker_state") or "active")
+    scheduler_set = set(schedulers)
+    scheduler_files = [
+        f
+        for f in files
+        if f["pid"] in scheduler_set or str(f.get("title", "")).startswith(query.scheduler_prefix)
+    ]
+    patched = sum(1 for f in scheduler_files if f.get("state") == wanted_state)
+    expected = _int((entry or {}).get("expected_schedulers"))
+    if expected is None and str((entry or {}).get("expected_schedulers", "")).isdigit():
+        expected = int(entry["expected_schedulers"])
+
+    rank = node_rank(reader.cmdline(main_pid)) if main_pid else 0
+    health = ""
+    if query.health_url:
+        health = health_word(reader.health(query.health_url))
+        if health == "ok" and props.get("ControlGroup"):
+            foreign = reader.health_owner(query.health_url, query.unit, pids)
+            health = f"200 {foreign}" if foreign else health
+    nccl_ok, nccl_diff, nccl_problem = _nccl(reader, main_pid, (entry or {}).get("nccl_env") or {})
+    if nccl_problem and entry and entry.get("nccl_env"):
+        errors.append(nccl_problem)
+    gpu = _gpu(reader, query, entry, errors)
+    running_builds = sorted({str(f["build_id"]) for f in scheduler_files if f.get("build_id")})
+
+    row: dict[str, Any] = {
+        "host": query.host,
+        "unit": f"{query.unit}.service",
+        "unit_state": f"{props.get('ActiveState', '?')}/{props.get('SubState', '?')}" if props else "unknown",
+        "main_pid": main_pid,
+        "started": props.get("ExecMainStartTimestamp", ""),
+        "health": health,
+        "node_rank": rank,
+        "arch": gpu.get("arch", ""),
+        "compute_capability": gpu.get("compute_capability", ""),
+        "deployed": entry is not None,
+        "build_id": str((entry or {}).get("build_id", "")),
+        "running_build_ids": running_builds,
+        "patch_digest": str((entry or {}).get("patch_digest", ""))[:SHORT_DIGEST],
+        "mode": str((entry or {}).get("mode", "")) if entry else ("stock" if entries else ""),
+        "marker_state": wanted_state,
+        "schedulers_running": len(schedulers),
+        "schedulers_patched": patched,
+        "schedulers_expected": expected,
+        "status_dir": status_dir,
+        "status_files": len(files),
+        "status_files_stale": stale,
+        **summarize_status(scheduler_files),
+        "nccl_env_ok": nccl_ok,
+        "nccl_env_diff": nccl_diff,
+        "last_deploy": deploy_summary(last),
+        "last_good": deploy_summary(good),
+        "errors": errors,
+    }
+    row["problems"] = problems_of(row)
+    return row
+
+
+def problems_of(row: dict[str, Any]) -> list[str]:
+    """What an operator should look at on this host (empty: nothing)."""
+    out = list(row.get("errors") or [])
+    if row.get("unit_state") not in (None, "unknown") and not str(row["unit_state"]).startswith("active"):
+        out.append(f"unit {row['unit_state']}")
+    # a multi-node host of rank > 0 answers /health with a dummy: its schedulers decide
+    if row.get("health") and row["health"] != "ok" and not row.get("node_rank"):
+        out.append(f"health {row['health']}")
+    if row.get("deployed"):
+        expected = row.get("schedulers_expected") or 0
+        patched = row.get("schedulers_patched") or 0
+        if (expected and patched != expected) or (not expected and patched < 1):
+            out.append(f"{patched}/{expected or '>=1'} schedulers {row.get('marker_state')}")
+        if row.get("running_build_ids") and row["running_build_ids"] != [row.get("build_id")]:
+            out.append(
+                f"running build {','.join(row['running_build_ids'])}, history says {row.get('build_id')}"
+            )
+    if row.get("runtime_fallbacks"):
+        out.append(
+            f"{row['runtime_fallbacks']} runtime fallbacks ({row.get('runtime_fallback_reason') or '?'})"
+        )
+    if row.get("validate_mismatches"):
+        out.append(f"{row['validate_mismatches']} validate mismatches")
+    if row.get("nccl_env_ok") is False:
+        out.append(f"NCCL differs: {json.dumps(row.get('nccl_env_diff'), sort_keys=True)}")
+    if row.get("status_files_stale"):
+        out.append(f"{row['status_files_stale']} stale status files ignored")
+    last = row.get("last_deploy") or {}
+    if last.get("result") in ("rolled_back", "running"):
+        out.append(f"last deploy {last['result']}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the controller: rows of every host, the table
+
+
+def rows(results: list[Any], hosts: list[str]) -> list[dict[str, Any]]:
+    """One row per host, in `hosts` order, from each host's registered module result; a host
+    without a row (unreachable, failed before the report) gets one that says so."""
+    out = []
+    for host, result in zip(hosts, results, strict=True):
+        result = result if isinstance(result, dict) else {}
+        row = result.get("row")
+        if isinstance(row, dict):
+            out.append({**row, "host": host})
+            continue
+        if result.get("unreachable"):
+            why = f"unreachable: {_short(result.get('msg'))}"
+        elif result.get("failed"):
+            why = f"report failed: {_short(result.get('msg'))}"
+        else:
+            why = "no report (the host failed or was skipped earlier in this run)"
+        out.append({"host": host, "errors": [why], "problems": [why]})
+    return out
+
+
+def _count(value: Any) -> str:
+    return NONE if value is None else str(value)
+
+
+def _cells(row: dict[str, Any]) -> dict[str, str]:
+    if "unit" not in row:  # no row from the host (rows() made one): only its name and why
+        return {
+            "host": str(row.get("host") or "?"),
+            "ok": "CHECK",
+            "notes": "; ".join(row.get("problems") or []),
+        }
+    arch, cc = row.get("arch"), row.get("compute_capability")
+    expected = row.get("schedulers_expected")
+    fallbacks = _count(row.get("fallbacks"))
+    if row.get("fallback_top_reason"):
+        fallbacks += f" ({row['fallback_top_reason']})"
+    validate = NONE
+    if row.get("validate_compared") is not None or row.get("validate_mismatches") is not None:
+        validate = f"{_count(row.get('validate_mismatches'))}/{_count(row.get('validate_compared'))}"
+        if row.get("validate_max_diff") is not None:
+            validate += f" max {row['validate_max_diff']:.2g}"
+    last = row.get("last_deploy") or {}
+    last_text = NONE
+    if last:
+        last_text = str(last.get("result") or "?")
+        if last.get("rolled_back_to"):
+            last_text += f"->{str(last['rolled_back_to']).split()[0]}"
+        last_text += f" {last.get('when') or '?'}"
+        if last.get("why") and last.get("result") != "healthy":
+            last_text += f" {last['why']}"
+    health = row.get("health") or NONE
+    if row.get("node_rank"):
+        health = f"{health} (rank {row['node_rank']}: schedulers decide)"
+    nccl = {True: "ok", False: "DIFF", None: NONE}[row.get("nccl_env_ok")]
+    return {
+        "host": str(row.get("host") or "?"),
+        "ok": "ok" if not row.get("problems") else "CHECK",
+        "gpu": "/".join(x for x in (arch, cc) if x) or NONE,
+        "build": row.get("build_id") or NONE,
+        "patch": row.get("patch_digest") or NONE,
+        "mode": row.get("mode") or NONE,
+        "unit": row.get("unit_state") or NONE,
+        "health": health,
+        "patched": f"{row.get('schedulers_patched', 0)}/{expected if expected else NONE}",
+        "kernel": _count(row.get("kernel_calls")),
+        "fallbacks": fallbacks,
+        "rt_fb": _count(row.get("runtime_fallbacks")),
+        "validate": validate,
+        "nccl": nccl,
+        "last": last_text,
+        "notes": "; ".join(row.get("problems") or []) or NONE,
+    }
+
+
+# (key, header) in table order; the last column is not padded.
+COLUMNS = (
+    ("host", "HOST"),
+    ("ok", "OK"),
+    ("gpu", "GPU"),
+    ("build", "BUILD"),
+    ("patch", "PATCH"),
+    ("mode", "MODE"),
+    ("unit", "UNIT"),
+    ("health", "HEALTH"),
+    ("patched", "PATCHED"),
+    ("kernel", "KERNEL"),
+    ("fallbacks", "FALLBACKS"),
+    ("rt_fb", "RT_FB"),
+    ("validate", "VALIDATE(mis/cmp)"),
+    ("nccl", "NCCL"),
+    ("last", "LAST DEPLOY"),
+    ("notes", "NOTES"),
+)
+
+
+def format_table(table_rows: list[dict[str, Any]]) -> str:
+    """A header line and one fixed-width line per row (columns as wide as their widest cell)."""
+    cells = [_cells(row) for row in table_rows]
+    keys = [key for key, _ in COLUMNS]
+    widths = {key: max([len(head)] + [len(c.get(key, NONE)) for c in cells]) for key, head in COLUMNS}
+
+    def line(values: dict[str, str]) -> str:
+        parts = [values.get(k, NONE).ljust(widths[k]) for k in keys[:-1]] + [values.get(keys[-1], NONE)]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(dict(COLUMNS)), *(line(c) for c in cells)])

@@ -1,0 +1,604 @@
+"""The fleet report (module_utils/report, module kdtree_report, filters, role kdtree_report, playbook).
+
+The host side runs against fixtures: a temporary status directory with files of live and stale
+pids, a fake `systemctl show` output, a cgroup.procs file, a history file, real child processes
+(titled like SGLang's schedulers, with their own NCCL_* environment) and a /health server in this
+process. The playbook runs on localhost (ansible-playbook, local connection) with an unreachable
+host beside it. Nothing here needs systemd or a container.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from ansible_collections.kdtree.fleet.plugins.filter import report as report_filter
+from ansible_collections.kdtree.fleet.plugins.module_utils import history, report, unit_env
+from ansible_collections.kdtree.fleet.plugins.modules import kdtree_report
+from conftest import ROOT
+
+PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
+CGROUP = "/system.slice/sglang-test.service"
+NCCL = {"NCCL_P2P_LEVEL": "SYS", "NCCL_ALGO": "Ring"}
+
+
+def spawn(title: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """A process whose /proc/PID/cmdline starts with `title` (as SGLang's setproctitle makes it)."""
+    proc = subprocess.Popen(
+        ["bash", "-c", f"exec -a {title} sleep 120"],
+        env={"PATH": os.environ["PATH"], **(env or {})},
+    )
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        try:
+            if Path(f"/proc/{proc.pid}/cmdline").read_bytes().startswith(title.encode()):
+                return proc
+        except OSError:
+            pass
+        time.sleep(0.02)
+    raise AssertionError(f"{title} did not start")
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+class Health(http.server.BaseHTTPRequestHandler):
+    code = 200
+
+    def do_GET(self):
+        self.send_response(self.code)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def health_server():
+    server = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/health"
+    server.shutdown()
+    server.server_close()
+
+
+def status(pid: int, **fields) -> dict:
+    return {"pid": pid, "state": "active", "mode": "validate", "reason": "", "lib": "/x.so", **fields}
+
+
+def counters(kernel_calls: int, original: dict[str, int], runtime: int = 0, reason: str = "") -> dict:
+    return {
+        "kernel_calls": kernel_calls,
+        "original_calls": original,
+        "runtime_fallbacks": runtime,
+        "runtime_fallback_reason": reason,
+    }
+
+
+class Host:
+    """One fixture host: its processes, cgroup, status directory, build and history."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.main = spawn("python3", env=dict(NCCL, NCCL_ALGO="Tree"))
+        self.tp0 = spawn("sglang::scheduler_TP0")
+        self.tp1 = spawn("sglang::scheduler_TP1")
+        self.procs = [self.main, self.tp0, self.tp1]
+        self.status_dir = tmp / "run" / "kdtree-sglang-test"
+        self.status_dir.mkdir(parents=True)
+        self.cgroup = tmp / "cgroup" / CGROUP.strip("/")
+        self.cgroup.mkdir(parents=True)
+        # this process holds the /health socket: in the unit, like the server's main process
+        self.set_cgroup([self.main.pid, self.tp0.pid, self.tp1.pid, os.getpid()])
+        self.build = tmp / "builds" / "0123456789abcdef"
+        self.build.mkdir(parents=True)
+        (self.build / "BUILD_INFO").write_text("id=0123456789abcdef\narch=sm_120a\ncompute_capability=12.0\n")
+        self.history = tmp / "state.json"
+        self.show = {
+            "ActiveState": "active",
+            "SubState": "running",
+            "MainPID": str(self.main.pid),
+            "ExecMainStartTimestamp": "Mon 2026-11-30 12:00:00 UTC",
+            "ControlGroup": CGROUP,
+        }
+
+    def set_cgroup(self, pids: list[int]) -> None:
+        (self.cgroup / "cgroup.procs").write_text("".join(f"{pid}\n" for pid in pids))
+
+    def write_status(self, pid: int, data, name: str = "") -> Path:
+        path = self.status_dir / (name or f"{pid}.json")
+        path.write_text(data if isinstance(data, str) else json.dumps(data))
+        return path
+
+    def deploy(self, result: str = "healthy", **record) -> dict:
+        entries = history.load(str(self.history))
+        base = {
+            "build_id": "0123456789abcdef",
+            "lib_path": str(self.build / "libkdtree_verify.so"),
+            "patch_digest": "fedcba9876543210fedcba98",
+            "mode": "validate",
+            "marker_state": "active",
+            "expected_schedulers": 2,
+            "nccl_env": NCCL,
+            "status_dir": str(self.status_dir),
+            "dropin": "A",
+        }
+        entry = history.begin(entries, {**base, **record})
+        history.finish(entries, entry["id"], result, record.get("why", ""), **record.get("extra", {}))
+        history.save(str(self.history), entries)
+        return entry
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    fixture = Host(tmp_path)
+    real_run = subprocess.run
+
+    def fake_run(args, *a, **kw):
+        """`systemctl show` answers from the fixture, in systemctl's Key=value output."""
+        if list(args[:2]) == ["systemctl", "show"]:
+            assert kw.get("timeout"), "systemctl show without a timeout"
+            props = [args[i + 1] for i, arg in enumerate(args) if arg == "-p"]
+            out = "".join(f"{p}={fixture.show.get(p, '')}\n" for p in props)
+            return subprocess.CompletedProcess(args, 0, stdout=out, stderr="")
+        return real_run(args, *a, **kw)
+
+    monkeypatch.setattr(unit_env.subprocess, "run", fake_run)
+    yield fixture
+    fixture.close()
+
+
+class FixtureReader(report.HostReader):
+    """The real reader, but the unit's cgroup is the fixture's cgroup.procs and nvidia-smi is absent."""
+
+    def __init__(self, fixture: Host, smi: str = ""):
+        self.fixture = fixture
+        self.smi = smi
+
+    def cgroup_pids(self, control_group: str) -> list[int]:
+        path = self.fixture.tmp / "cgroup" / control_group.strip("/") / "cgroup.procs"
+        return sorted(int(x) for x in path.read_text().split())
+
+    def nvidia_smi(self, binary: str) -> str:
+        return self.smi
+
+
+def gather(fixture: Host, health_url: str = "", **over) -> dict:
+    params = {
+        "unit": "sglang-test",
+        "host": "gpu-1",
+        "health_url": health_url,
+        "status_dir": "",
+        "history_path": str(fixture.history),
+        "scheduler_prefix": "sglang::scheduler",
+        "nvidia_smi": "nvidia-smi",
+        **over,
+    }
+    out = kdtree_report.run(params, FixtureReader(fixture))
+    assert out["changed"] is False
+    return out["row"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the host side
+
+
+def test_gather_reads_live_status_files_and_counts_the_stale_ones(host, health_server):
+    host.deploy()
+    host.write_status(
+        host.tp0.pid,
+        status(
+            host.tp0.pid,
+            schema=1,
+            build_id="0123456789abcdef",
+            counters=counters(100, {"shape": 7, "dtype": 1}),
+            validate={"compared": 100, "mismatches": 0, "max_diff": 0.001},
+        ),
+    )
+    host.write_status(
+        host.tp1.pid,
+        status(
+            host.tp1.pid,
+            schema=1,
+            build_id="0123456789abcdef",
+            counters=counters(50, {"shape": 2}),
+            validate={"compared": 50, "mismatches": 0, "max_diff": 0.004},
+        ),
+    )
+    gone = dead_pid()
+    host.write_status(gone, status(gone, counters=counters(999, {"dead": 999})))
+    host.write_status(1, status(1), name="1.json")  # a pid that is not the unit's
+    host.write_status(host.tp0.pid, "{half", name=f"{host.tp0.pid}.json.tmp")  # a write in progress
+    host.write_status(0, "not json", name="77777.json")
+    row = gather(host, health_server)
+    assert row["host"] == "gpu-1" and row["unit_state"] == "active/running"
+    assert row["main_pid"] == host.main.pid and row["started"].startswith("Mon 2026-11-30")
+    assert row["health"] == "ok"
+    assert row["status_dir"] == str(host.status_dir)  # from the history's entry
+    assert (row["schedulers_running"], row["schedulers_patched"], row["schedulers_expected"]) == (2, 2, 2)
+    assert (row["status_files"], row["status_files_stale"]) == (2, 3)
+    assert row["kernel_calls"] == 150
+    assert row["fallbacks"] == 10 and row["fallback_top_reason"] == "shape"
+    assert row["fallbacks_by_reason"] == {"shape": 9, "dtype": 1}
+    assert row["runtime_fallbacks"] == 0
+    assert (row["validate_compared"], row["validate_mismatches"], row["validate_max_diff"]) == (150, 0, 0.004)
+    assert (row["arch"], row["compute_capability"]) == ("sm_120a", "12.0")  # the build's BUILD_INFO
+    assert row["build_id"] == "0123456789abcdef" and row["patch_digest"] == "fedcba987654"
+    assert row["mode"] == "validate" and row["running_build_ids"] == ["0123456789abcdef"]
+    # the main process runs NCCL_ALGO=Tree, the history templated Ring
+    assert row["nccl_env_ok"] is False and row["nccl_env_diff"] == {"NCCL_ALGO": "Tree"}
+    assert row["last_deploy"]["result"] == "healthy" and row["last_good"]["build_id"] == "0123456789abcdef"
+    assert row["errors"] == []
+    assert row["problems"] == ['NCCL differs: {"NCCL_ALGO": "Tree"}', "3 stale status files ignored"]
+    json.dumps(row)  # plain data
+
+
+def test_a_file_older_than_its_process_is_stale_and_a_scheduler_without_one_is_unpatched(host):
+    host.deploy(nccl_env={"NCCL_P2P_LEVEL": "SYS"})
+    host.write_status(host.tp0.pid, status(host.tp0.pid))
+    old = host.write_status(host.tp1.pid, status(host.tp1.pid))
+    os.utime(old, (time.time() - 86400, time.time() - 86400))  # an earlier process with this pid
+    row = gather(host)
+    assert (row["schedulers_patched"], row["schedulers_expected"], row["status_files_stale"]) == (1, 2, 1)
+    assert row["nccl_env_ok"] is True
+    assert "1/2 schedulers active" in row["problems"]
+    # files of a patch without counters: the sums are unknown, not zero
+    assert row["kernel_calls"] is None and row["fallbacks"] is None and row["validate_compared"] is None
+
+
+def test_runtime_fallbacks_mismatches_and_an_old_file_fallback(host):
+    host.deploy()
+    host.write_status(
+        host.tp0.pid,
+        status(
+            host.tp0.pid,
+            counters=counters(3, {}, runtime=2, reason="kernel error"),
+            validate={"compared": 10, "mismatches": 4, "max_diff": 0.5},
+        ),
+    )
+    host.write_status(
+        host.tp1.pid, status(host.tp1.pid, state="fallback", runtime_fallback=True, reason="dlopen")
+    )
+    row = gather(host)
+    assert row["runtime_fallbacks"] == 3  # 2 counted + 1 from the old file's flag
+    assert row["runtime_fallback_reason"] == "kernel error"
+    assert (row["validate_mismatches"], row["validate_compared"]) == (4, 10)
+    assert row["schedulers_patched"] == 1
+    assert "3 runtime fallbacks (kernel error)" in row["problems"]
+    assert "4 validate mismatches" in row["problems"]
+
+
+def test_an_inactive_unit_has_no_live_files_and_says_so(host):
+    host.deploy()
+    host.write_status(host.tp0.pid, status(host.tp0.pid))
+    host.show.update(ActiveState="failed", SubState="failed", MainPID="0", ControlGroup="")
+    row = gather(host)
+    assert row["unit_state"] == "failed/failed" and row["main_pid"] == 0
+    assert (row["status_files"], row["status_files_stale"], row["schedulers_patched"]) == (0, 1, 0)
+    assert row["nccl_env_ok"] is None
+    assert "unit failed/failed" in row["problems"] and "0/2 schedulers active" in row["problems"]
+
+
+def test_a_health_answer_from_outside_the_unit_is_named(host, health_server):
+    host.deploy()
+    host.set_cgroup([host.main.pid, host.tp0.pid, host.tp1.pid])  # this process is not the unit's
+    row = gather(host, health_server)
+    assert row["health"].startswith("200 from pid") and "not sglang-test.service" in row["health"]
+    assert any(p.startswith("health 200 from pid") for p in row["problems"])
+
+
+def test_a_non_zero_node_rank_is_judged_by_its_schedulers_not_its_health(host, monkeypatch):
+    host.deploy()
+    for proc in (host.tp0, host.tp1):
+        host.write_status(proc.pid, status(proc.pid))
+    monkeypatch.setattr(
+        FixtureReader,
+        "cmdline",
+        lambda self, pid: ["python3", "-m", "sglang.launch_server", "--node-rank", "1"],
+    )
+    row = gather(host, "http://127.0.0.1:1/health")
+    assert row["node_rank"] == 1 and row["health"] == "refused"
+    assert not any(p.startswith("health") for p in row["problems"])
+    assert report.node_rank(["x", "--node-rank=2"]) == 2 and report.node_rank(["x"]) == 0
+
+
+def test_without_systemd_history_or_build_info_the_row_says_what_it_could_not_read(host, monkeypatch):
+    def broken(self, unit):
+        raise subprocess.CalledProcessError(
+            1, ["systemctl"], stderr="System has not been booted with systemd"
+        )
+
+    monkeypatch.setattr(FixtureReader, "show", broken)
+    host.history.write_text("[]")
+    row = gather(host)
+    assert row["unit_state"] == "unknown" and row["deployed"] is False
+    assert row["errors"][0].startswith("systemctl show sglang-test.service: rc=1 System has not been booted")
+    assert "is not a kdtree deploy history" in row["errors"][1]
+    assert (row["arch"], row["compute_capability"]) == ("", "")
+
+
+def test_the_compute_capability_comes_from_nvidia_smi_when_the_build_does_not_say(host):
+    host.deploy(lib_path=str(host.tmp / "gone" / "libkdtree_verify.so"))
+    row = kdtree_report.run(
+        {
+            "unit": "sglang-test",
+            "host": "h",
+            "health_url": "",
+            "status_dir": "",
+            "history_path": str(host.history),
+            "scheduler_prefix": "sglang::scheduler",
+            "nvidia_smi": "nvidia-smi",
+        },
+        FixtureReader(host, smi="9.0"),
+    )["row"]
+    assert (row["arch"], row["compute_capability"]) == ("", "9.0")
+
+
+def test_the_real_reader_asks_nvidia_smi_only_when_installed_and_with_a_timeout(tmp_path, monkeypatch):
+    assert report.HostReader().nvidia_smi(str(tmp_path / "no-such-smi")) == ""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 12.0\necho 12.0\n")
+    smi.chmod(0o755)
+    seen = {}
+    real = subprocess.run
+
+    def spy(args, *a, **kw):
+        seen["timeout"] = kw.get("timeout")
+        return real(args, *a, **kw)
+
+    monkeypatch.setattr(report.subprocess, "run", spy)
+    assert report.HostReader().nvidia_smi(str(smi)) == "12.0"
+    assert seen["timeout"] == report.NVIDIA_SMI_TIMEOUT_S
+
+
+def test_every_command_the_report_runs_has_a_timeout():
+    import ast
+
+    tree = ast.parse(Path(report.__file__).read_text(encoding="utf-8"))
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "run"
+    ]
+    assert calls and all(any(k.arg == "timeout" for k in call.keywords) for call in calls)
+
+
+# ---------------------------------------------------------------------------------------------
+# which history entry runs now, and the last deploy
+
+
+def _entries(*steps) -> list[dict]:
+    entries: list[dict] = []
+    for record, result, extra in steps:
+        entry = history.begin(entries, record)
+        history.finish(entries, entry["id"], result, "boom" if result == "rolled_back" else "", **extra)
+    return entries
+
+
+def test_current_entry_follows_deploys_restores_and_removals():
+    a = ({"build_id": "a", "dropin": "A"}, "healthy", {})
+    entries = _entries(a)
+    assert report.current_entry(entries)["build_id"] == "a"
+    # the deploy's rescue: the failed entry ends after the restore entry the rollback began
+    entries = _entries(a, ({"build_id": "b", "dropin": "B"}, "rolled_back", {"rolled_back_to": "previous"}))
+    assert report.current_entry(entries)["build_id"] == "a"
+    assert report.last_deploy(entries)["build_id"] == "b"
+    entries = _entries(a, ({"build_id": "b", "dropin": "B"}, "rolled_back", {"rolled_back_to": "stock"}))
+    assert report.current_entry(entries) is None
+    entries = _entries(a, ({"restored_from": "stock"}, "removed", {}))
+    assert report.current_entry(entries) is None and report.last_deploy(entries)["build_id"] == "a"
+    entries = _entries(a, ({"build_id": "a", "dropin": "A", "restored_from": "x"}, "healthy", {}))
+    assert report.current_entry(entries)["restored_from"] == "x"
+    assert report.current_entry([]) is None and report.last_deploy([]) is None
+
+
+def test_summaries_tolerate_every_missing_or_odd_field():
+    files = [
+        {"pid": 1},
+        {"pid": 2, "counters": "x", "validate": None},
+        {"pid": 3, "counters": {"kernel_calls": True, "original_calls": {"a": "x", "b": 2}}},
+    ]
+    out = report.summarize_status(files)
+    assert out["kernel_calls"] is None and out["fallbacks"] == 2 and out["fallback_top_reason"] == "b"
+    assert out["runtime_fallbacks"] is None and out["validate_max_diff"] is None
+
+
+# ---------------------------------------------------------------------------------------------
+# the table and the rows (controller side)
+
+
+def _row(host: str, **over) -> dict:
+    row = {
+        "host": host,
+        "unit": "sglang.service",
+        "unit_state": "active/running",
+        "health": "ok",
+        "node_rank": 0,
+        "arch": "sm_120a",
+        "compute_capability": "12.0",
+        "deployed": True,
+        "build_id": "0123456789abcdef",
+        "patch_digest": "fedcba987654",
+        "mode": "validate",
+        "marker_state": "active",
+        "schedulers_patched": 8,
+        "schedulers_expected": 8,
+        "kernel_calls": 1234,
+        "fallbacks": 12,
+        "fallback_top_reason": "shape",
+        "runtime_fallbacks": 0,
+        "validate_compared": 1234,
+        "validate_mismatches": 0,
+        "validate_max_diff": 0.00049,
+        "nccl_env_ok": True,
+        "last_deploy": {
+            "result": "healthy",
+            "when": "2026-11-30T12:00:00Z",
+            "why": "ok",
+            "rolled_back_to": "",
+        },
+        "problems": [],
+    }
+    row.update(over)
+    return row
+
+
+def test_the_table_has_a_column_per_field_and_one_aligned_line_per_host():
+    rows = [
+        _row("gpu-node-01.example.internal"),
+        _row(
+            "gpu-2",
+            schedulers_patched=7,
+            fallbacks=None,
+            fallback_top_reason="",
+            kernel_calls=None,
+            nccl_env_ok=False,
+            last_deploy={
+                "result": "rolled_back",
+                "rolled_back_to": "previous 2026",
+                "when": "2026-11-30T13:00:00Z",
+                "why": "kdtree_smoke: a traceback",
+            },
+            problems=["7/8 schedulers active"],
+        ),
+    ]
+    table = report_filter.kdtree_report_table(rows)
+    header, first, second = table.splitlines()
+    heads = [head for _, head in report.COLUMNS]
+    assert re.split(r"\s{2,}", header) == heads
+    starts = [header.index(head) for head in heads]
+    for line in (first, second):
+        for start in starts[1:]:
+            assert line[start - 2 : start] == "  " and line[start] != " ", (line, start)
+    cells1 = re.split(r"\s{2,}", first)
+    assert cells1[:10] == [
+        "gpu-node-01.example.internal",
+        "ok",
+        "sm_120a/12.0",
+        "0123456789abcdef",
+        "fedcba987654",
+        "validate",
+        "active/running",
+        "ok",
+        "8/8",
+        "1234",
+    ]
+    assert (
+        "12 (shape)" in cells1 and "0/1234 max 0.00049" in cells1 and "healthy 2026-11-30T12:00:00Z" in first
+    )
+    assert first.endswith("  -")  # no notes
+    assert " CHECK " in second and " 7/8 " in second and " DIFF " in second
+    assert "rolled_back->previous 2026-11-30T13:00:00Z kdtree_smoke: a traceback" in second
+    assert second.endswith("7/8 schedulers active")
+
+
+def test_rows_keep_the_hosts_order_and_give_every_host_a_row():
+    results = [
+        {"changed": False, "row": _row("ignored")},
+        {"unreachable": True, "msg": "ssh: connect to host port 22: Connection refused"},
+        {},
+        {"failed": True, "msg": "boom"},
+    ]
+    rows = report_filter.kdtree_report_rows(results, ["a", "b", "c", "d"])
+    assert [r["host"] for r in rows] == ["a", "b", "c", "d"]
+    assert rows[1]["problems"][0].startswith("unreachable: ssh")
+    assert "failed or was skipped" in rows[2]["problems"][0] and rows[3]["problems"] == [
+        "report failed: boom"
+    ]
+    lines = report.format_table(rows).splitlines()
+    assert len(lines) == 5 and lines[2].startswith("b ") and "unreachable: ssh" in lines[2]
+    json.dumps(rows)
+    with pytest.raises(Exception, match="2 results for 1 hosts"):
+        report_filter.kdtree_report_rows([{}, {}], ["a"])
+
+
+# ---------------------------------------------------------------------------------------------
+# the playbook and the role through ansible-playbook (localhost, and a host that is unreachable)
+
+
+def run_report(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        json.dumps(
+            {
+                "gpu-hosts": {
+                    "hosts": {
+                        "local-a": {
+                            "ansible_connection": "local",
+                            "kdtree_service_name": "kdtree-report-test-a",
+                        },
+                        "local-b": {"ansible_connection": "local", "kdtree_service_port": 1},
+                        "gone": {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1},
+                    }
+                }
+            }
+        )
+    )
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    return subprocess.run(
+        [
+            str(PLAYBOOK_BIN),
+            "-i",
+            str(inventory),
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            "-e",
+            "ansible_become=false",  # no sudo here; the play's become is for real hosts
+            str(ROOT / "playbooks" / "report.yml"),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=180,
+        check=False,
+    )
+
+
+@pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv")
+@pytest.mark.parametrize("check", [False, True], ids=["run", "check"])
+def test_the_playbook_writes_valid_json_with_every_host_and_prints_the_table(tmp_path, check):
+    out_json = tmp_path / "out" / "report.json"
+    out_json.parent.mkdir()
+    out = run_report(tmp_path, "-e", f"kdtree_report_json={out_json}", *(["--check"] if check else []))
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = json.loads(out_json.read_text())
+    assert [row["host"] for row in rows] == ["local-a", "local-b", "gone"]
+    assert rows[0]["unit"] == "kdtree-report-test-a.service"  # the service role's settings apply
+    assert rows[0]["status_dir"] == "/run/kdtree-kdtree-report-test-a"
+    assert rows[2]["problems"][0].startswith("unreachable")
+    assert oct(out_json.stat().st_mode & 0o777) == "0o600"
+    assert f"JSON: {out_json}" in out.stdout
+    table = out.stdout[out.stdout.index("HOST ") :]
+    assert [line.split()[0] for line in table.splitlines()[1:4]] == ["local-a", "local-b", "gone"]
+    recap = out.stdout[out.stdout.index("PLAY RECAP") :]
+    assert re.findall(r"changed=(\d+)", recap) == ["0", "0", "0"]
+
+
+@pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv")
+def test_the_default_json_path_is_under_tmp_and_printed(tmp_path):
+    out = run_report(tmp_path, "--limit", "local-b")
+    assert out.returncode == 0, out.stdout + out.stderr
+    path = re.search(r"JSON: (/tmp/kdtree-report-\d{8}T\d{6}Z\.json)", out.stdout).group(1)
+    try:
+        assert [row["host"] for row in json.loads(Path(path).read_text())] == ["local-b"]
+    finally:
+        os.unlink(path)
