@@ -31,10 +31,17 @@ def host_double(tmp_path_factory):
     return out / "libkdtree_verify.so"
 
 
-def run_fp32(case, mode, slots=SLOTS):
-    """One forward (forward_extend via forward) on the real class, everything float32 on the CPU."""
+def no_triton(*args, **kwargs):
+    raise AssertionError("the original Triton extend_attention_fwd ran")
+
+
+def run_fp32(case, mode, slots=SLOTS, triton=None):
+    """One forward (forward_extend via forward) on the real class, everything float32 on the CPU.
+    `triton` replaces the backend's extend_attention_fwd (default: SGLang's real one, interpreted)."""
     pool = case.kv_buffer.float().clone()
     backend = real_backend(case, pool)
+    if triton is not None:
+        backend.extend_attention_fwd = triton
     heads = case.q.shape[1]
     layer = RadixAttention(heads, QK, case.sm_scale, num_kv_heads=1, layer_id=0, v_head_dim=VD)
     batch = SimpleNamespace(
@@ -70,7 +77,7 @@ def test_on_mode_serves_an_fp32_cpu_verify_through_the_kernel_path_equal_to_trit
 ):
     expected, expected_pool = run_fp32(case, ForwardMode.TARGET_VERIFY)  # unpatched: real Triton
     install(monkeypatch, host_double, "on")
-    got, got_pool = run_fp32(case, ForwardMode.TARGET_VERIFY)
+    got, got_pool = run_fp32(case, ForwardMode.TARGET_VERIFY, triton=no_triton)  # the kernel path only
     st = lifecycle.status()
     assert st["counts"] == {"kernel": 1}, st
     assert st["state"] == "active"
