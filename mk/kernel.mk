@@ -1,5 +1,5 @@
 # Kernel track: the CUDA verify-attention library (roles/kdtree_build/files/csrc), its binding's tests, benchmark, GPU check.
-.PHONY: build-kernel test-kernel test-kernel-fast bench-kernel gpu-check
+.PHONY: build-kernel test-kernel test-kernel-fast bench-kernel gpu-check hostlib
 
 # The supported arches come from build.sh, the one owner of the compute capability -> arch map.
 KERNEL_BUILD_SH := $(ROOT)/roles/kdtree_build/files/csrc/build.sh
@@ -18,6 +18,12 @@ build-kernel:
 	  bash $(KERNEL_BUILD_SH) --arch $(ARCH) --out $(KERNEL_BUILD)/$(ARCH) --nvcc $(KERNEL_NVCC) 2>&1 \
 	    | tee $(KERNEL_BUILD)/$(ARCH)/build.log; \
 	  echo "build-kernel: $(ARCH) in $$(( $$(date +%s) - start )) s"
+
+# The host-memory TEST DOUBLE of the library (tests/doubles/hostlib: same C ABI, fp32 on the CPU; g++ only)
+# -> build/hostlib/libkdtree_verify.so, for CPU engines under test (KDTREE_LIB=<that path>), never deployed.
+HOSTLIB_BUILD := $(ROOT)/build/hostlib
+hostlib:
+	bash $(ROOT)/tests/doubles/hostlib/build.sh --out $(HOSTLIB_BUILD)
 
 # Every arch build.sh supports (no GPU needed), exported symbols, ptxas report, build.sh, probe_library,
 # the arch-map agreement, and the binding's CPU-side tests (argument validation, C helper bounds, error

@@ -56,3 +56,25 @@ def built_arch(request) -> tuple[str, Path]:
 def any_library() -> Path:
     """One built library (ANY_ARCH) for tests that only need a loadable file."""
     return build_library(ANY_ARCH, BUILD_DIR / ANY_ARCH)
+
+
+HOSTLIB_BUILD_SH = ROOT / "tests" / "doubles" / "hostlib" / "build.sh"
+
+
+def build_host_double(out: Path, *extra: str) -> Path:
+    """g++-build the host-memory test double (tests/doubles/hostlib) into `out`; `extra`: build.sh flags."""
+    proc = subprocess.run(
+        ["bash", str(HOSTLIB_BUILD_SH), "--out", str(out), *extra],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"hostlib build.sh failed:\n{proc.stdout}\n{proc.stderr}")
+    return out / "libkdtree_verify.so"
+
+
+@pytest.fixture(scope="session")
+def host_library(tmp_path_factory) -> Path:
+    """The host test double, built with g++ into a temporary directory."""
+    return build_host_double(tmp_path_factory.mktemp("hostlib"))

@@ -45,6 +45,7 @@ def test_load_rejects_a_library_missing_any_launch_symbol(tmp_path):
     src.write_text(
         f"int kdtree_verify_abi_version(void) {{ return {kernel.ABI_VERSION}; }}\n"
         f'const char* kdtree_verify_build_info(void) {{ return "archs={ANY_ARCH}"; }}\n'
+        "int kdtree_verify_capabilities(void) { return 0; }\n"
         "int kdtree_verify_run(void) { return 0; }\n"
         "int kdtree_verify_prepare(void) { return 0; }\n"
         "int kdtree_verify_num_splits(void) { return 1; }\n"
@@ -227,12 +228,24 @@ def _run(lib, args) -> int:
     return lib.kdtree_verify_run(ctypes.byref(args), None)
 
 
+def test_the_capability_query_says_bf16_on_cuda_and_refuses_null_pointers(lib):
+    io, kv, dev = ctypes.c_uint32(), ctypes.c_uint32(), ctypes.c_uint32()
+    assert lib.kdtree_verify_capabilities(ctypes.byref(io), ctypes.byref(kv), ctypes.byref(dev)) == 0
+    assert io.value == 1 << kernel.DTYPE_BF16
+    assert kv.value == (1 << kernel.DTYPE_BF16) | (1 << kernel.DTYPE_FP8_E4M3)
+    assert dev.value == kernel.DEVICE_CUDA
+    assert lib.kdtree_verify_capabilities(None, ctypes.byref(kv), ctypes.byref(dev)) == 1
+
+
 def test_run_rejects_a_struct_of_another_size(lib):
     assert _run(lib, _args(struct_size=ctypes.sizeof(kernel._Args) - 8)) == 5
 
 
 def test_run_rejects_bad_sizes_and_dtypes(lib):
     assert _run(lib, _args(kv_dtype=7)) == 1
+    assert _run(lib, _args(kv_dtype=kernel.DTYPE_FP32)) == 1
+    assert _run(lib, _args(io_dtype=kernel.DTYPE_FP32)) == 1  # q/k/v/out: bf16 only
+    assert _run(lib, _args(io_dtype=kernel.DTYPE_FP16)) == 1
     assert _run(lib, _args(num_heads=0)) == 1
     assert _run(lib, _args(num_splits=0)) == 1
     assert _run(lib, _args(num_splits=257)) == 1

@@ -14,6 +14,7 @@ from kdtree_verify import kernel
 EXPORTED = {
     "kdtree_verify_abi_version",
     "kdtree_verify_build_info",
+    "kdtree_verify_capabilities",
     "kdtree_verify_prepare",
     "kdtree_verify_num_splits",
     "kdtree_verify_min_split_tiles",

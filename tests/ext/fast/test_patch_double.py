@@ -20,6 +20,8 @@ T, H = 8, 16
 
 
 class RecordingKernel:
+    serves = kernel.CUDA_LIBRARY_SERVES  # what the real library's capability query says
+
     def __init__(self, unsupported: str | None = None) -> None:
         self.calls: list[dict] = []
         self.unsupported = unsupported

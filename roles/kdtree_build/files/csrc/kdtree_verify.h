@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define KDTREE_VERIFY_ABI_VERSION 2
+#define KDTREE_VERIFY_ABI_VERSION 3
 
 #define KDTREE_HEAD_DIM 576 /* 512 latent + 64 rope */
 #define KDTREE_V_DIM 512
@@ -35,32 +35,43 @@ enum kdtree_verify_status {
   KDTREE_ERR_STRUCT = 5,
 };
 
-enum kdtree_kv_dtype { KDTREE_KV_BF16 = 0, KDTREE_KV_FP8_E4M3 = 1 };
+/* Element types (ABI 3): the values of kdtree_verify_args.io_dtype / .kv_dtype, and bit (1u << value)
+   of the masks kdtree_verify_capabilities reports. */
+enum kdtree_dtype { KDTREE_DTYPE_BF16 = 0, KDTREE_DTYPE_FP8_E4M3 = 1, KDTREE_DTYPE_FP16 = 2, KDTREE_DTYPE_FP32 = 3 };
+/* The ABI 2 names of the kv_dtype values (the CUDA kernels read bf16 or fp8-e4m3 caches). */
+enum kdtree_kv_dtype { KDTREE_KV_BF16 = KDTREE_DTYPE_BF16, KDTREE_KV_FP8_E4M3 = KDTREE_DTYPE_FP8_E4M3 };
+/* Where the data pointers of kdtree_verify_run live (bits of the capabilities' device mask). */
+enum kdtree_device_kind {
+  KDTREE_DEVICE_CUDA = 1, /* CUDA device memory; stream is a cudaStream_t (the real library) */
+  KDTREE_DEVICE_HOST = 2, /* host memory, computed on the calling thread; workspace and stream ignored
+                             (only the host test double, tests/doubles/hostlib, which also says
+                             double=host in its build_info) */
+};
 /* Draft x draft visibility: a tree mask in custom_mask, or causal (draft row t sees draft keys c <= t;
    custom_mask and mask_indptr are not read and may be NULL). The prefix is always fully visible. */
 enum kdtree_mask_mode { KDTREE_MASK_TREE = 0, KDTREE_MASK_CAUSAL = 1 };
 
 typedef struct kdtree_verify_args {
   int32_t struct_size;     /* sizeof(kdtree_verify_args), checked */
-  int32_t kv_dtype;        /* enum kdtree_kv_dtype */
+  int32_t kv_dtype;        /* enum kdtree_dtype of kv_buffer */
   int32_t qo_indptr_i64;   /* 1: int64 array, 0: int32 array */
   int32_t kv_indptr_i64;
   int32_t kv_indices_i64;
   int32_t mask_indptr_i64;
-  const void* q;           /* bf16 [T, H, 576] */
+  const void* q;           /* io_dtype [T, H, 576] (the CUDA library: bf16) */
   int64_t q_stride_t, q_stride_h;
-  const void* k_extend;    /* bf16 [T, 1, 576] */
+  const void* k_extend;    /* io_dtype [T, 1, 576] */
   int64_t k_extend_stride_t;
-  const void* v_extend;    /* bf16 [T, 1, 512] */
+  const void* v_extend;    /* io_dtype [T, 1, 512] */
   int64_t v_extend_stride_t;
-  const void* kv_buffer;   /* bf16 or fp8-e4m3 [P, 1, 576]; V = [..., :512] */
+  const void* kv_buffer;   /* kv_dtype [P, 1, 576]; V = [..., :512] (CUDA: bf16 or fp8-e4m3) */
   int64_t kv_stride_t;
   const void* qo_indptr;   /* [B+1] */
   const void* kv_indptr;   /* [B+1] */
   const void* kv_indices;  /* pool slots */
   const void* mask_indptr; /* [B+1] (KDTREE_MASK_TREE only) */
   const void* custom_mask; /* bool / uint8 bytes, != 0 means visible (KDTREE_MASK_TREE only) */
-  void* out;               /* bf16 [T, H, 512] */
+  void* out;               /* io_dtype [T, H, 512] */
   int64_t out_stride_t, out_stride_h;
   void* workspace;         /* >= kdtree_verify_workspace_bytes(batch, H, max_extend_len, splits) */
   int64_t workspace_bytes;
@@ -75,10 +86,15 @@ typedef struct kdtree_verify_args {
   float v_scale;           /* prefix P.V terms are multiplied by it (SGLang's v_descale; 1.0 = none) */
   int32_t block_m;         /* 0: the library chooses (kdtree_verify_block_m); 64 or 32 to force one
                               layout (32 only when num_heads * max_extend_len <= 32) */
+  int32_t io_dtype;        /* enum kdtree_dtype of q, k_extend, v_extend and out (ABI 3) */
 } kdtree_verify_args;
 
 int kdtree_verify_abi_version(void);
 const char* kdtree_verify_build_info(void);
+/* What kdtree_verify_run serves (ABI 3): *io_dtypes and *kv_dtypes are masks of (1u << enum kdtree_dtype)
+   for q/k_extend/v_extend/out and for kv_buffer, *devices a mask of enum kdtree_device_kind. A call
+   outside them is KDTREE_ERR_ARG. Returns KDTREE_OK, or KDTREE_ERR_ARG for a NULL pointer. */
+int kdtree_verify_capabilities(uint32_t* io_dtypes, uint32_t* kv_dtypes, uint32_t* devices);
 /* Set the kernels' dynamic shared-memory attribute on `device` (call once, outside graph capture). */
 int kdtree_verify_prepare(int device);
 /* Split-KV count from host-known maxima only (never reads device memory): at most one wave of CTAs

@@ -591,6 +591,14 @@ KDTREE_EXPORT const char* kdtree_verify_build_info(void) {
       " block_n=" KDTREE_STR(KDTREE_BLOCK_N) " block_m_small=" KDTREE_STR(KDTREE_BLOCK_M_SMALL) " fault=" KDTREE_STR(KDTREE_FAULT);
 }
 
+KDTREE_EXPORT int kdtree_verify_capabilities(uint32_t* io_dtypes, uint32_t* kv_dtypes, uint32_t* devices) {
+  if (io_dtypes == nullptr || kv_dtypes == nullptr || devices == nullptr) return KDTREE_ERR_ARG;
+  *io_dtypes = 1u << KDTREE_DTYPE_BF16;
+  *kv_dtypes = (1u << KDTREE_DTYPE_BF16) | (1u << KDTREE_DTYPE_FP8_E4M3);
+  *devices = KDTREE_DEVICE_CUDA;
+  return KDTREE_OK;
+}
+
 KDTREE_EXPORT int kdtree_verify_prepare(int device) {
   using kdtree::KvBf16;
   using kdtree::KvFp8;
@@ -695,6 +703,7 @@ KDTREE_EXPORT int64_t kdtree_verify_max_workspace_bytes(int num_sms) {
 KDTREE_EXPORT int kdtree_verify_run(const kdtree_verify_args* a, void* stream) {
   if (a == nullptr) return KDTREE_ERR_ARG;
   if (a->struct_size != static_cast<int32_t>(sizeof(kdtree_verify_args))) return KDTREE_ERR_STRUCT;
+  if (a->io_dtype != KDTREE_DTYPE_BF16) return KDTREE_ERR_ARG;
   if (a->kv_dtype != KDTREE_KV_BF16 && a->kv_dtype != KDTREE_KV_FP8_E4M3) return KDTREE_ERR_ARG;
   if (a->mask_mode != KDTREE_MASK_TREE && a->mask_mode != KDTREE_MASK_CAUSAL) return KDTREE_ERR_ARG;
   if (a->num_heads < 1 || a->batch_size < 0 || a->batch_size > 65535 || a->max_extend_len < 0 ||

@@ -91,6 +91,9 @@ def unsupported_reason(backend, q, k, v, layer, forward_batch, sinks, score_mod,
     (`enable_deterministic`), DLLM (`dllm_attention`), MHA one-shot (`forward_batch.mha_one_shot`),
     sliding window (`layer.sliding_window_size > -1`), non-causal (`is_cross_attention`, `attn_type`),
     logit cap (`layer.logit_cap > 0`), xai temperature (`layer.xai_temperature_len > 0`).
+    Last, the dtypes of q/k/v and of the KV cache must be ones the loaded library serves (its
+    `kdtree_verify_capabilities`, `kernel.serves`): the library is loaded here on the first call that
+    passes every other check ("kernel unavailable" when it cannot be).
     """
     mode = forward_batch.forward_mode
     if not mode.is_target_verify():
@@ -135,12 +138,14 @@ def unsupported_reason(backend, q, k, v, layer, forward_batch, sinks, score_mod,
     # beyond that would be left unwritten, so such a call goes to the original. Shapes only: no sync.
     if q.shape[0] > _batch_size(md) * int(md.max_extend_len):
         return "more tokens than batch x max_extend_len"
-    if _dtype_name(q) != "bfloat16" or _dtype_name(k) != "bfloat16" or _dtype_name(v) != "bfloat16":
-        return "q/k/v not bf16"
+    kernel = _loaded_kernel()
+    if kernel is None:
+        return "kernel unavailable"
+    serves = getattr(kernel, "serves", None)
+    if serves is None:
+        return "kernel has no capability query"
     kv_dtype = _dtype_name(backend.token_to_kv_pool.get_key_buffer(layer.layer_id))
-    if kv_dtype not in ("bfloat16", "float8_e4m3fn"):
-        return f"kv cache dtype {kv_dtype}"
-    return None
+    return serves.dtype_problem([_dtype_name(q), _dtype_name(k), _dtype_name(v)], kv_dtype)
 
 
 def _runtime_fallback(reason: str) -> None:
@@ -150,8 +155,8 @@ def _runtime_fallback(reason: str) -> None:
     marker.emit_runtime_fallback(reason)
 
 
-def _kernel_for(device: Any) -> Any:
-    """The loaded VerifyKernel, or None (loud line once, then the original runs for good)."""
+def _loaded_kernel() -> Any:
+    """The VerifyKernel, loaded on first use, or None (loud line once, then the original runs for good)."""
     with LOCK:
         if STATE.kernel_error:
             return None
@@ -161,6 +166,14 @@ def _kernel_for(device: Any) -> Any:
             except Exception as exc:
                 _runtime_fallback(f"cannot load {STATE.lib}: {exc}")
                 return None
+        return STATE.kernel
+
+
+def _kernel_for(device: Any) -> Any:
+    """The loaded VerifyKernel if it serves `device`, or None (loud line once, then the original for good)."""
+    with LOCK:
+        if _loaded_kernel() is None:
+            return None
         key = str(device)
         if key not in STATE.checked_devices:
             try:

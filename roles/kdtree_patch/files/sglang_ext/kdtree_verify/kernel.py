@@ -1,7 +1,13 @@
 """ctypes binding of libkdtree_verify.so (the CUDA verify-attention kernel).
 
-The library is plain C ABI (see roles/kdtree_build/files/csrc/kdtree_verify.h): it needs only the
+The library is plain C ABI (see roles/kdtree_build/files/csrc/kdtree_verify.h, the one owner of the
+ABI constants mirrored below; tests/kernel/test_abi_constants.py keeps them equal): it needs only the
 CUDA runtime, never torch's C++ ABI, so a torch upgrade does not require a rebuild.
+
+The library says what it serves (``kdtree_verify_capabilities``, ABI 3): the dtypes of q/k/v/out and
+of the KV cache, and where its data lives. The real library serves bf16 on CUDA; the host test double
+(tests/doubles/hostlib) serves fp32 in host memory and is accepted for a CPU device only because it
+declares both ``KDTREE_DEVICE_HOST`` and ``double=host`` in its build info.
 
 - ``probe_library(path)`` works without torch: dlopen + ABI symbol check.
 - ``load(path)`` imports torch and returns a ``VerifyKernel`` whose ``run`` launches on torch's
@@ -22,7 +28,7 @@ from kdtree_verify.shapes import HEAD_DIM_QK, HEAD_DIM_V
 
 log = logging.getLogger(__name__)
 
-ABI_VERSION = 2
+ABI_VERSION = 3  # KDTREE_VERIFY_ABI_VERSION
 
 # Error codes of kdtree_verify_run (mirror of kdtree_verify.h).
 _ERR_NAMES = {
@@ -36,6 +42,7 @@ _ERR_NAMES = {
 
 
 _LAUNCH_SYMBOLS = (
+    "kdtree_verify_capabilities",
     "kdtree_verify_run",
     "kdtree_verify_prepare",
     "kdtree_verify_num_splits",
@@ -50,7 +57,7 @@ class KernelUnavailable(Exception):
 
 
 class _Args(ctypes.Structure):
-    """Mirror of ``kdtree_verify_args`` in roles/kdtree_build/files/csrc/kdtree_verify.h (ABI_VERSION 2)."""
+    """Mirror of ``kdtree_verify_args`` in roles/kdtree_build/files/csrc/kdtree_verify.h (ABI_VERSION 3)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_int32),
@@ -88,11 +95,73 @@ class _Args(ctypes.Structure):
         ("k_scale", ctypes.c_float),
         ("v_scale", ctypes.c_float),
         ("block_m", ctypes.c_int32),
+        ("io_dtype", ctypes.c_int32),
     ]
 
 
 MASK_TREE, MASK_CAUSAL = 0, 1  # enum kdtree_mask_mode
-KV_BF16, KV_FP8_E4M3 = 0, 1  # enum kdtree_kv_dtype
+# enum kdtree_dtype: the args' io_dtype / kv_dtype, and bit (1 << value) of the capability masks.
+DTYPE_BF16, DTYPE_FP8_E4M3, DTYPE_FP16, DTYPE_FP32 = 0, 1, 2, 3
+KV_BF16, KV_FP8_E4M3 = DTYPE_BF16, DTYPE_FP8_E4M3  # enum kdtree_kv_dtype (the ABI 2 names)
+DEVICE_CUDA, DEVICE_HOST = 1, 2  # enum kdtree_device_kind (bits of the device mask)
+# torch's dtype names (str(dtype) without "torch.") of the enum kdtree_dtype values, and short names.
+DTYPE_TORCH_NAMES = {
+    DTYPE_BF16: "bfloat16",
+    DTYPE_FP8_E4M3: "float8_e4m3fn",
+    DTYPE_FP16: "float16",
+    DTYPE_FP32: "float32",
+}
+SHORT_NAMES = {"bfloat16": "bf16", "float8_e4m3fn": "fp8_e4m3", "float16": "fp16", "float32": "fp32"}
+DEVICE_NAMES = {DEVICE_CUDA: "cuda", DEVICE_HOST: "host"}
+HOST_DOUBLE_INFO = "double=host"  # the build_info field of the host test double
+
+
+def _short(name: str) -> str:
+    return SHORT_NAMES.get(name, name)
+
+
+class Serves:
+    """What a library serves, from kdtree_verify_capabilities (torch dtype names, device kinds)."""
+
+    def __init__(self, io_dtypes, kv_dtypes, devices) -> None:
+        self.io_dtypes = frozenset(io_dtypes)
+        self.kv_dtypes = frozenset(kv_dtypes)
+        self.devices = frozenset(devices)
+
+    @classmethod
+    def from_masks(cls, io_mask: int, kv_mask: int, device_mask: int) -> Serves:
+        def names(mask: int, table: dict[int, str], bit=lambda v: 1 << v) -> list[str]:
+            return [name for value, name in table.items() if mask & bit(value)]
+
+        return cls(
+            names(io_mask, DTYPE_TORCH_NAMES),
+            names(kv_mask, DTYPE_TORCH_NAMES),
+            names(device_mask, DEVICE_NAMES, bit=lambda v: v),
+        )
+
+    def describe(self) -> str:
+        """e.g. ``q/k/v bf16, kv cache bf16/fp8_e4m3, on cuda``."""
+
+        def join(names) -> str:
+            return "/".join(sorted(_short(n) for n in names)) or "nothing"
+
+        devices = "/".join(sorted(self.devices)) or "no device"
+        return f"q/k/v {join(self.io_dtypes)}, kv cache {join(self.kv_dtypes)}, on {devices}"
+
+    def dtype_problem(self, io_dtypes: list[str], kv_dtype: str) -> str | None:
+        """None when q/k/v (torch dtype names, all equal) and the KV cache dtype are served."""
+        if len(set(io_dtypes)) != 1:
+            return f"q/k/v dtypes differ ({', '.join(_short(d) for d in io_dtypes)})"
+        io = io_dtypes[0]
+        if io not in self.io_dtypes:
+            served = "/".join(sorted(_short(n) for n in self.io_dtypes)) or "nothing"
+            return f"q/k/v {_short(io)}, not {served} (library serves {self.describe()})"
+        if kv_dtype not in self.kv_dtypes:
+            return f"kv cache dtype {kv_dtype} (library serves {self.describe()})"
+        return None
+
+    def __repr__(self) -> str:
+        return f"Serves({self.describe()})"
 
 
 def _sha256(path: str) -> str:
@@ -168,6 +237,16 @@ class VerifyKernel:
         self.meta = meta
         self.path: str = meta["path"]
         self.archs: list[str] = meta["archs"]
+        caps = lib.kdtree_verify_capabilities
+        caps.restype = ctypes.c_int
+        caps.argtypes = [ctypes.POINTER(ctypes.c_uint32)] * 3
+        io_mask, kv_mask, dev_mask = ctypes.c_uint32(), ctypes.c_uint32(), ctypes.c_uint32()
+        code = int(caps(ctypes.byref(io_mask), ctypes.byref(kv_mask), ctypes.byref(dev_mask)))
+        if code != 0:
+            raise KernelUnavailable(f"kdtree_verify_capabilities failed: {_ERR_NAMES.get(code, code)}")
+        self.serves = Serves.from_masks(io_mask.value, kv_mask.value, dev_mask.value)
+        # The host device only from the host test double, which says so twice (capabilities + build info).
+        self.host_double = HOST_DOUBLE_INFO in meta.get("build_info", "").split()
         lib.kdtree_verify_run.restype = ctypes.c_int
         lib.kdtree_verify_run.argtypes = [ctypes.POINTER(_Args), ctypes.c_void_p]
         lib.kdtree_verify_prepare.restype = ctypes.c_int
@@ -194,13 +273,19 @@ class VerifyKernel:
 
     # -- support checks -------------------------------------------------------------------
     def unsupported_reason(self, device: Any) -> str | None:
-        """None when this GPU can run the library, else a one-line reason."""
+        """None when this GPU (or, for the host test double, the CPU) can run the library, else a reason."""
         torch = self._torch
-        if not torch.cuda.is_available():
-            return "CUDA is not available"
         dev = torch.device(device)
+        if dev.type == "cpu" and "host" in self.serves.devices:
+            if not self.host_double:
+                return f"library claims host memory without {HOST_DOUBLE_INFO} in its build info"
+            return None
+        if "cuda" not in self.serves.devices:
+            return f"device {dev} is not served: library serves {self.serves.describe()}"
+        if not torch.cuda.is_available():
+            return f"CUDA is not available (library serves {self.serves.describe()})"
         if dev.type != "cuda":
-            return f"device {dev} is not a CUDA device"
+            return f"device {dev} is not a CUDA device (library serves {self.serves.describe()})"
         index = dev.index if dev.index is not None else torch.cuda.current_device()
         major, minor = torch.cuda.get_device_capability(index)
         arch = arch_of_capability(major, minor)
@@ -254,6 +339,8 @@ class VerifyKernel:
     ) -> None:
         """Enqueue one verify attention on torch's current stream (no sync, no allocation).
 
+        The dtypes are the ones the library serves (``self.serves``; the real library: bf16 as below,
+        the host test double: float32 everywhere, CPU tensors, computed before run returns).
         q bf16 [T, H, HEAD_DIM_QK]; k_extend bf16 [>=T, 1, HEAD_DIM_QK]; v_extend bf16 [>=T, 1, HEAD_DIM_V];
         kv_buffer bf16 or float8_e4m3fn [P, 1, HEAD_DIM_QK]; qo_indptr, kv_indptr, mask_indptr
         int32/int64 [>=B+1]; kv_indices int32/int64 [>=kv_indptr[B]]; custom_mask bool/uint8 flat, or
@@ -265,6 +352,7 @@ class VerifyKernel:
         torch = self._torch
         validate_args(
             torch,
+            serves=self.serves,
             q=q,
             k_extend=k_extend,
             v_extend=v_extend,
@@ -279,26 +367,32 @@ class VerifyKernel:
             out=out,
         )
         dev = q.device
-        if dev.type != "cuda":
+        host = dev.type == "cpu" and "host" in self.serves.devices and self.host_double
+        if not host and dev.type != "cuda":
             raise KernelUnavailable(f"tensors are on {dev}, not on a CUDA device")
-        index = dev.index if dev.index is not None else torch.cuda.current_device()
-        reason = self._prepare(index)
-        if reason:
-            raise KernelUnavailable(reason)
+        if host:
+            index, num_sms, ws_ptr, ws_numel = -1, 1, None, 0
+        else:
+            index = dev.index if dev.index is not None else torch.cuda.current_device()
+            reason = self._prepare(index)
+            if reason:
+                raise KernelUnavailable(reason)
+            num_sms = self._num_sms[index]
+            ws_ptr, ws_numel = self._workspace[index].data_ptr(), self._workspace[index].numel()
         num_tokens, num_heads = int(q.shape[0]), int(q.shape[1])
         causal = custom_mask is None
         if batch_size == 0 or num_tokens == 0 or max_extend_len == 0:
             return
-        kv_dtype = KV_FP8_E4M3 if kv_buffer.dtype == torch.float8_e4m3fn else KV_BF16
+        kv_dtype = dtype_code(str(kv_buffer.dtype).replace("torch.", ""))
+        io_dtype = dtype_code(str(q.dtype).replace("torch.", ""))
         splits = int(
             self.lib.kdtree_verify_num_splits(
-                self._num_sms[index], batch_size, num_heads, max_extend_len, int(kv_indices.numel()), kv_dtype
+                num_sms, batch_size, num_heads, max_extend_len, int(kv_indices.numel()), kv_dtype
             )
         )
-        ws = self._workspace[index]
         ws_bytes = int(self.lib.kdtree_verify_workspace_bytes(batch_size, num_heads, max_extend_len, splits))
-        if ws_bytes > ws.numel():  # cannot happen with kdtree_verify_num_splits; never allocate here
-            raise RuntimeError(f"kdtree_verify workspace {ws.numel()} < {ws_bytes} bytes")
+        if ws_bytes > ws_numel:  # cannot happen with kdtree_verify_num_splits; never allocate here
+            raise RuntimeError(f"kdtree_verify workspace {ws_numel} < {ws_bytes} bytes")
         args = _Args(
             struct_size=ctypes.sizeof(_Args),
             kv_dtype=kv_dtype,
@@ -323,8 +417,8 @@ class VerifyKernel:
             out=out.data_ptr(),
             out_stride_t=out.stride(0),
             out_stride_h=out.stride(1),
-            workspace=ws.data_ptr(),
-            workspace_bytes=ws.numel(),
+            workspace=ws_ptr,
+            workspace_bytes=ws_numel,
             batch_size=batch_size,
             num_heads=num_heads,
             max_extend_len=max_extend_len,
@@ -335,12 +429,28 @@ class VerifyKernel:
             k_scale=float(k_scale),
             v_scale=float(v_scale),
             block_m=int(block_m),
+            io_dtype=io_dtype,
         )
-        stream = torch.cuda.current_stream(dev).cuda_stream
-        with torch.cuda.device(index):
-            code = int(self.lib.kdtree_verify_run(ctypes.byref(args), ctypes.c_void_p(stream)))
+        if host:  # the host test double computes on this thread; it ignores the stream
+            code = int(self.lib.kdtree_verify_run(ctypes.byref(args), None))
+        else:
+            stream = torch.cuda.current_stream(dev).cuda_stream
+            with torch.cuda.device(index):
+                code = int(self.lib.kdtree_verify_run(ctypes.byref(args), ctypes.c_void_p(stream)))
         if code != 0:
             raise RuntimeError(f"kdtree_verify_run failed: {_ERR_NAMES.get(code, code)} (code {code})")
+
+
+def dtype_code(name: str) -> int:
+    """The enum kdtree_dtype value of a torch dtype name ("bfloat16", "float32"...); ValueError if none."""
+    for code, torch_name in DTYPE_TORCH_NAMES.items():
+        if torch_name == name:
+            return code
+    raise ValueError(f"dtype {name} has no kdtree_dtype value")
+
+
+# What the real (CUDA) library serves: the default of validate_args for callers that pass no `serves`.
+CUDA_LIBRARY_SERVES = Serves(["bfloat16"], ["bfloat16", "float8_e4m3fn"], ["cuda"])
 
 
 def _is_index(torch: Any, t: Any) -> bool:
@@ -350,6 +460,7 @@ def _is_index(torch: Any, t: Any) -> bool:
 def validate_args(
     torch: Any,
     *,
+    serves: Serves | None = None,
     q,
     k_extend,
     v_extend,
@@ -363,7 +474,17 @@ def validate_args(
     max_extend_len: int,
     out,
 ) -> None:
-    """Check shapes, dtypes, devices and strides against the contract; raise ValueError."""
+    """Check shapes, dtypes, devices and strides against the contract; raise ValueError.
+
+    The dtypes are checked against `serves` (default: the real library's, bf16 with a bf16 or fp8-e4m3
+    KV cache): q, k_extend, v_extend and out one served q/k/v dtype, kv_buffer a served KV dtype."""
+    serves = serves or CUDA_LIBRARY_SERVES
+    io_names = sorted(serves.io_dtypes, key=lambda n: (n != "bfloat16", n))
+    io_dtypes = tuple(getattr(torch, n) for n in io_names)
+    io_text = " or ".join(io_names)
+    kv_names = sorted(serves.kv_dtypes, key=lambda n: (n != "bfloat16", n))
+    kv_dtypes = tuple(getattr(torch, n) for n in kv_names)
+    kv_text = " or ".join(kv_names)
     problems: list[str] = []
 
     def need(cond: bool, msg: str) -> None:
@@ -371,7 +492,7 @@ def validate_args(
             problems.append(msg)
 
     need(q.dim() == 3 and q.shape[2] == HEAD_DIM_QK, f"q must be [T, H, {HEAD_DIM_QK}], got {tuple(q.shape)}")
-    need(q.dtype == torch.bfloat16, f"q must be bfloat16, got {q.dtype}")
+    need(q.dtype in io_dtypes, f"q must be {io_text}, got {q.dtype}")
     if problems:
         raise ValueError("; ".join(problems))
     num_tokens, num_heads = int(q.shape[0]), int(q.shape[1])
@@ -387,21 +508,19 @@ def validate_args(
         and v_extend.shape[0] >= num_tokens,
         f"v_extend must be [T, 1, {HEAD_DIM_V}], got {tuple(v_extend.shape)}",
     )
-    need(k_extend.dtype == torch.bfloat16, f"k_extend must be bfloat16, got {k_extend.dtype}")
-    need(v_extend.dtype == torch.bfloat16, f"v_extend must be bfloat16, got {v_extend.dtype}")
+    q_name = str(q.dtype).replace("torch.", "")
+    need(k_extend.dtype == q.dtype, f"k_extend must be {q_name} like q, got {k_extend.dtype}")
+    need(v_extend.dtype == q.dtype, f"v_extend must be {q_name} like q, got {v_extend.dtype}")
     need(
         kv_buffer.dim() == 3 and tuple(kv_buffer.shape[1:]) == (1, HEAD_DIM_QK),
         f"kv_buffer must be [P, 1, {HEAD_DIM_QK}], got {tuple(kv_buffer.shape)}",
     )
-    need(
-        kv_buffer.dtype in (torch.bfloat16, torch.float8_e4m3fn),
-        f"kv_buffer must be bfloat16 or float8_e4m3fn, got {kv_buffer.dtype}",
-    )
+    need(kv_buffer.dtype in kv_dtypes, f"kv_buffer must be {kv_text}, got {kv_buffer.dtype}")
     need(
         out.dim() == 3 and tuple(out.shape) == (num_tokens, num_heads, HEAD_DIM_V),
         f"out must be [{num_tokens}, {num_heads}, {HEAD_DIM_V}], got {tuple(out.shape)}",
     )
-    need(out.dtype == torch.bfloat16, f"out must be bfloat16, got {out.dtype}")
+    need(out.dtype == q.dtype, f"out must be {q_name} like q, got {out.dtype}")
     indptrs = [("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr)]
     if custom_mask is not None:  # causal draft blocks (custom_mask None) read no mask_indptr
         need(mask_indptr is not None, "mask_indptr is required with a custom_mask")

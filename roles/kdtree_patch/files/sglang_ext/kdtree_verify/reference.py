@@ -101,7 +101,15 @@ def verify_attention_reference(
 
 
 class ReferenceKernel:
-    """The reference behind the `VerifyKernel` interface, so tests can route the dispatch to it."""
+    """The reference behind the `VerifyKernel` interface, so tests can route the dispatch to it.
+
+    It serves every float dtype on any device (`serves`, as a library's capability query says)."""
+
+    def __init__(self) -> None:
+        from kdtree_verify.kernel import Serves
+
+        floats = ["bfloat16", "float16", "float32"]
+        self.serves = Serves(floats, [*floats, "float8_e4m3fn"], ["cuda", "host"])
 
     def unsupported_reason(self, device: Any) -> str | None:
         return None
