@@ -39,13 +39,15 @@ REASON_SLUGS: dict[str, str] = {
     "xai temperature": "xai_temperature",
     "no forward metadata": "no_metadata",
     "more tokens than batch x max_extend_len": "too_many_tokens",
-    "q/k/v not bf16": "dtype",
+    "kernel has no capability query": "no_capabilities",
     "kernel unavailable": "kernel_unavailable",  # the library failed to load, or the GPU is unsupported
     "kernel call failed": "kernel_error",
 }
 REASON_PREFIX_SLUGS: tuple[tuple[str, str], ...] = (
     ("not absorbed MLA", "shape"),
     ("kv cache dtype", "kv_dtype"),
+    # the library's capability answer (kernel.Serves.dtype_problem): "q/k/v fp32, not bf16 (...)"
+    ("q/k/v ", "dtype"),
     ("dispatch check failed", "check_error"),
 )
 # Not reasons of the dispatch, but what validate mode returns: the original's output.
