@@ -3,10 +3,12 @@
 #   build.sh --out <dir> [--cxx <g++>] [--fault drop-prefix-key]
 # -> <dir>/libkdtree_verify.so (fp32 on host, the C ABI of roles/kdtree_build/files/csrc/kdtree_verify.h).
 # Never for a GPU host: the patch accepts it only for CPU tensors (it declares itself double=host).
+# It also speaks the build role's interface (roles/kdtree_build: --arch-for-cc, --print-flags,
+# --arch <a> --out <dir> --nvcc <ignored>), so the real-engine TEST host's inventory can point
+# kdtree_build_source_dir here and the deploy builds and serves it like the CUDA library.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-csrc="$(cd "$here/../../../roles/kdtree_build/files/csrc" && pwd)"
-out="" cxx="${CXX:-g++}" fault=0
+out="" cxx="${CXX:-g++}" fault=0 print_flags=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) out="${2:-}"; shift 2 ;;
@@ -14,15 +16,23 @@ while [[ $# -gt 0 ]]; do
     --fault)
       [[ "${2:-}" == drop-prefix-key ]] || { echo "unknown --fault '${2:-}' (drop-prefix-key)" >&2; exit 2; }
       fault=1; shift 2 ;;
+    # the build role's interface: every compute capability maps to the one "arch" of the host double
+    --arch-for-cc) echo host; exit 0 ;;
+    --list-arches) echo host; exit 0 ;;
+    --arch) [[ "${2:-}" == host ]] || { echo "the host double builds --arch host only" >&2; exit 3; }; shift 2 ;;
+    --nvcc) shift 2 ;;
+    --print-flags) print_flags=1; shift ;;
     *) echo "usage: $0 --out <dir> [--cxx <g++>] [--fault drop-prefix-key]" >&2; exit 2 ;;
   esac
 done
+# the ABI header: beside this script (a link into csrc in the repository, a copy on a host)
+flags=(-O2 -std=c++17 -shared -fPIC -fvisibility=hidden -Wall -Werror "-DKDTREE_HOST_FAULT=$fault" -I"$here")
+if [[ "$print_flags" == 1 ]]; then echo "${flags[*]}"; exit 0; fi
 [[ -n "$out" ]] || { echo "--out is required" >&2; exit 2; }
 mkdir -p "$out"
 tmp="$out/.libkdtree_verify.so.tmp.$$"
 trap 'rm -f "$tmp"' EXIT
-cmd=("$cxx" -O2 -std=c++17 -shared -fPIC -fvisibility=hidden -Wall -Werror "-DKDTREE_HOST_FAULT=$fault"
-     -I"$csrc" "$here/kdtree_verify_host.cpp" -o "$tmp")
+cmd=("$cxx" "${flags[@]}" "$here/kdtree_verify_host.cpp" -o "$tmp")
 printf '%q ' "${cmd[@]}"; echo
 "${cmd[@]}"
 mv -f "$tmp" "$out/libkdtree_verify.so"

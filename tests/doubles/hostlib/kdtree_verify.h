@@ -1,0 +1,1 @@
+../../../roles/kdtree_build/files/csrc/kdtree_verify.h
