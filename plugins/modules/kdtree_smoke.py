@@ -52,8 +52,13 @@ description:
   - Marker lines are parsed with the host's installed C(<patch_dir>/kdtree_verify/marker.py), the same
     file the schedulers print them with (the collection ships it in the kdtree_patch role,
     C(files/sglang_ext/kdtree_verify/marker.py); docs/CONTRACTS.md section 3 describes the line).
+  - Once the run is healthy, with O(requests) above 0 and O(marker_state=active), the module sends
+    traffic and proves from the status files that the verify calls reached the patched kernel (see
+    O(requests)); a failure there is a failed run (RV(state=failed)) like any other, and the result's
+    RV(traffic) holds a verdict per scheduler.
   - Every host command is bounded (C(systemctl show) and C(journalctl) 15 s, the health GET 2 s,
-    C(systemctl restart) O(restart_timeout_s)).
+    C(systemctl restart) O(restart_timeout_s), each request O(request_timeout_s), all requests
+    O(traffic_timeout_s), each wait for the status files 3 x O(status_interval_s) + 10 s).
   - Each call watches for at most O(chunk_s) seconds and then returns O(state=pending) with O(run); the
     module's action plugin calls it again with that O(run) until the state is V(ok) or V(failed) and
     prints a progress line between calls.
@@ -198,6 +203,54 @@ options:
     description: Variables and values every scheduler's C(/proc/PID/environ) must hold.
     type: dict
     default: {}
+  requests:
+    description:
+      - Generation requests to send once the run is healthy (with O(marker_state=active); V(0) sends
+        none). The module reads every scheduler's status file (O(status_dir), written after the run
+        became healthy) as a baseline, POSTs the requests one after the other to O(request_route) on
+        the health URL's scheme, host and port, waits until every file was rewritten after the last
+        answer and judges the counters (docs/CONTRACTS.md section 3b).
+      - Mode C(on) needs more C(kernel_calls); verify calls sent to the original instead fail, naming
+        the top reasons; no call at all is fine only when the kernel served calls before (calls
+        replayed from a CUDA graph are not counted), else it fails. A runtime fallback fails. Mode
+        C(validate) needs more C(validate.compared) and no mismatch. Mode C(off) is not checked.
+      - A non-2xx answer or a timeout fails the run with the status and the head of the body.
+      - Needs O(status_dir) and the installed C(<patch_dir>/kdtree_verify/statusdir.py), which reads
+        the status files.
+    type: int
+    default: 0
+  request_route:
+    description: Path of the generation endpoint on the server.
+    type: str
+    default: /generate
+  request_prompt:
+    description: The C(text) of every request (its sampling is greedy, C(temperature=0)).
+    type: str
+    default: The capital of France is
+  request_max_new_tokens:
+    description: C(sampling_params.max_new_tokens) of every request.
+    type: int
+    default: 16
+  request_timeout_s:
+    description: Seconds one request may take.
+    type: float
+    default: 30
+  traffic_timeout_s:
+    description: Seconds all requests together may take.
+    type: float
+    default: 120
+  api_key:
+    description:
+      - Sent as C(Authorization Bearer <api_key>) with every request when set (the server's
+        C(--api-key)); never logged nor returned.
+    type: str
+    default: ""
+  status_interval_s:
+    description:
+      - The unit's C(KDTREE_STATUS_INTERVAL); a status file must be rewritten within 3 times this
+        plus 10 s.
+    type: float
+    default: 5
   benign_tracebacks:
     description:
       - Python regular expressions of tracebacks the run may log and carry on; a fatal line of the run
@@ -262,6 +315,8 @@ EXAMPLES = r"""
     marker_state: active
     patch_dir: /opt/kdtree/sglang_ext
     status_dir: /run/kdtree-verify
+    requests: 4
+    api_key: "{{ sglang_api_key }}"
     extra_benign_tracebacks:
       - "my_plugin: optional feature disabled"
 
@@ -377,6 +432,21 @@ run:
       description: What the check keeps of the run's journal (cursor, markers, fatal excerpt, last lines).
       type: dict
       sample: {"cursor": "s=0123...;i=4f2", "lines": 812}
+traffic:
+  description:
+    - The traffic check once the run was healthy; C(ok) true and C(line) saying why when none was sent.
+    - C(schedulers) holds per scheduler C(pid), C(mode), C(state) (V(ok), V(failed), V(skipped)), the
+      increases C(kernel_calls), C(compared) and C(original_calls) (by reason) and a C(note);
+      C(answers) the status code and seconds of each request.
+  type: dict
+  returned: always
+  sample:
+    ok: true
+    line: "traffic: 4 requests, kernel calls +40 in 2/2 schedulers"
+    schedulers:
+      - {pid: 4242, mode: "on", state: ok, kernel_calls: 20, compared: 0, original_calls: {}, note: ""}
+    answers:
+      - {status: 200, seconds: 0.41}
 changed:
   description: Whether this call restarted the unit.
   type: bool
@@ -408,6 +478,14 @@ from ansible_collections.kdtree.fleet.plugins.module_utils.smoke_host import (
     restart_unit,
 )
 from ansible_collections.kdtree.fleet.plugins.module_utils.smoke_run import RUN_SUBOPTIONS, RunState
+from ansible_collections.kdtree.fleet.plugins.module_utils.smoke_traffic import (
+    Requests,
+    StatusDirError,
+    TrafficResult,
+    load_statusdir,
+    read_counts,
+    run_traffic,
+)
 
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "unit": {"type": "str", "required": True},
@@ -426,6 +504,14 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "patch_dir": {"type": "path", "default": ""},
     "status_dir": {"type": "path", "default": ""},
     "nccl_env": {"type": "dict", "default": {}},
+    "requests": {"type": "int", "default": 0},
+    "request_route": {"type": "str", "default": "/generate"},
+    "request_prompt": {"type": "str", "default": "The capital of France is"},
+    "request_max_new_tokens": {"type": "int", "default": 16},
+    "request_timeout_s": {"type": "float", "default": 30.0},
+    "traffic_timeout_s": {"type": "float", "default": 120.0},
+    "api_key": {"type": "str", "default": "", "no_log": True},
+    "status_interval_s": {"type": "float", "default": 5.0},
     "benign_tracebacks": {"type": "list", "elements": "str", "default": list(DEFAULT_BENIGN_TRACEBACKS)},
     "extra_benign_tracebacks": {"type": "list", "elements": "str", "default": []},
     # applied by the action plugin; part of the spec so that ansible-doc and validation know it
@@ -449,9 +535,13 @@ RESULT_KEYS = (
     "elapsed_s",
     "suppressed",
     "benign",
+    "traffic",
     "run",
     "changed",
 )
+
+
+NO_TRAFFIC: dict[str, Any] = {"ok": True, "line": "traffic: none sent", "schedulers": [], "answers": []}
 
 
 class SmokeError(Exception):
@@ -488,12 +578,14 @@ class Verdict:
     detail: str = ""
     suppressed: int = 0
     benign: list[str] = field(default_factory=list)
+    traffic: dict[str, Any] = field(default_factory=lambda: dict(NO_TRAFFIC))
     follow_journal: str = ""  # "", "fatal" (traceback in progress) or "unit" (unit died or restarted)
 
     def result(self, changed: bool) -> dict[str, Any]:
         out = {key: getattr(self, key) for key in RESULT_KEYS if key not in ("run", "changed")}
         out["schedulers"] = [dict(item) for item in self.schedulers]
         out["benign"] = list(self.benign)
+        out["traffic"] = json.loads(json.dumps(self.traffic))
         out.update(run=self.run.as_option(), changed=changed)
         return out
 
@@ -769,6 +861,56 @@ def _restart_failed(unit: str, run: RunState, why: str, clock: Callable[[], floa
     return verdict.result(changed=True)
 
 
+Traffic = Callable[[Requests, list[int], Any, dict[str, Any]], TrafficResult]
+
+
+def host_traffic(req: Requests, pids: list[int], statusdir: Any, params: dict[str, Any]) -> TrafficResult:
+    """run_traffic on this host: the status files of `status_dir`, read with the host's statusdir.py."""
+    return run_traffic(
+        req,
+        pids,
+        lambda wanted: read_counts(statusdir, params["status_dir"], wanted),
+        float(params.get("status_interval_s") or 5.0),
+        float(params.get("poll_s") or 0.25),
+    )
+
+
+def traffic_wanted(params: dict[str, Any]) -> bool:
+    """Requests are sent to a run of the patched kernel only (marker state active)."""
+    return int(params.get("requests") or 0) > 0 and params["marker_state"] == "active"
+
+
+def with_traffic(
+    verdict: Verdict, params: dict[str, Any], statusdir: Any, traffic: Traffic, clock: Callable[[], float]
+) -> Verdict:
+    """The healthy verdict after the traffic check: ok with its line added, or failed."""
+    req = Requests(
+        count=int(params["requests"]),
+        health_url=params["health_url"],
+        route=params.get("request_route") or "/generate",
+        prompt=params.get("request_prompt") or "",
+        max_new_tokens=int(params.get("request_max_new_tokens") or 16),
+        timeout_s=float(params.get("request_timeout_s") or 30.0),
+        total_timeout_s=float(params.get("traffic_timeout_s") or 120.0),
+        api_key=params.get("api_key") or "",
+    )
+    pids = [int(item["pid"]) for item in verdict.schedulers]
+    result = traffic(req, pids, statusdir, params)
+    if result.ok:
+        return replace(verdict, msg=f"{verdict.msg}; {result.line}", traffic=result.as_result())
+    elapsed = clock() - verdict.run.started_at
+    return replace(
+        verdict,
+        state="failed",
+        msg=failure_msg(params["unit"], result.why, elapsed, result.detail),
+        why=result.why,
+        detail=result.detail,
+        elapsed_s=round(elapsed, 2),
+        run=replace(verdict.run, healthy_since=None),
+        traffic=result.as_result(),
+    )
+
+
 def execute(
     params: dict[str, Any],
     check_mode: bool = False,
@@ -776,8 +918,10 @@ def execute(
     restart: Callable[[str, float], None] = restart_unit,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.time,
+    traffic: Traffic = host_traffic,
 ) -> dict[str, Any]:
-    """One module call: load the marker parser, restart when asked, watch one chunk.
+    """One module call: load the marker parser, restart when asked, watch one chunk; once the run is
+    healthy, send the traffic (requests > 0, marker state active) and judge the status files.
 
     Raises SmokeError when the check cannot run (its configuration); a restart that fails or does not
     finish within restart_timeout_s is a failed run (state=failed)."""
@@ -799,6 +943,17 @@ def execute(
             marker = load_marker(params["patch_dir"])
         except MarkerError as exc:
             raise SmokeError(f"cannot check the kdtree-verify markers: {exc}") from exc
+    statusdir = None
+    if traffic_wanted(params):
+        if not params.get("status_dir"):
+            raise SmokeError(
+                f"requests={params['requests']} needs status_dir (the unit's KDTREE_STATUS_DIR) to read "
+                "the verify counters; set requests to 0 (kdtree_smoke_requests) to send no traffic"
+            )
+        try:
+            statusdir = load_statusdir(params["patch_dir"])
+        except StatusDirError as exc:
+            raise SmokeError(f"cannot check the traffic: {exc}") from exc
     changed = False
     if params["restart"]:
         run = RunState(started_at=clock())
@@ -838,6 +993,12 @@ def execute(
         status_dir=params.get("status_dir") or "",
     )
     verdict = watch(query, wanted, params["chunk_s"], params["poll_s"], marker, read, sleep, clock)
+    if verdict.state == "ok" and statusdir is not None:
+        verdict = with_traffic(verdict, params, statusdir, traffic, clock)
+    elif verdict.state == "ok" and int(params.get("requests") or 0) > 0:
+        why = f"marker state {params['marker_state'] or 'unchecked'}: the patched kernel is not wanted"
+        line = f"traffic: none sent ({why})"
+        verdict = replace(verdict, msg=f"{verdict.msg}; {line}", traffic={**NO_TRAFFIC, "line": line})
     return verdict.result(changed=changed)
 
 

@@ -73,6 +73,7 @@ def test_environment_has_pythonpath_kdtree_and_nccl_values():
         'Environment="KDTREE_VERIFY=validate"',
         'Environment="KDTREE_LIB=/opt/kdtree/builds/sm_120a-x/libkdtree_verify.so"',
         'Environment="KDTREE_STATUS_DIR=/run/kdtree-sglang"',
+        'Environment="KDTREE_STATUS_INTERVAL=5"',
         'Environment="PYTHONUNBUFFERED=1"',
         'Environment="SPT_NOENV=1"',
         'Environment="NCCL_P2P_LEVEL=SYS"',

@@ -83,6 +83,7 @@ def test_the_drop_in_prepends_the_patch_directory_to_the_unit_s_pythonpath(stock
         "kdtree_service_verify_mode": "validate",
         "kdtree_service_lib_path": "/lib.so",
         "kdtree_service_status_dir": "/run/kdtree-sglang",
+        "kdtree_service_status_interval_s": 5,
         "kdtree_service_nccl_env": {},
         "kdtree_service_env_extra": {},
         "__kdtree_service_env": {"environment": environment},

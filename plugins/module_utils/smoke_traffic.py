@@ -1,0 +1,412 @@
+"""The traffic part of the kdtree smoke check: send a few generation requests to a healthy run and
+prove from the patch's status files that its verify calls reached the kernel.
+
+The module (plugins/modules/kdtree_smoke.py) calls run_traffic() once the run is healthy and every
+scheduler reported its marker. Steps:
+
+1. baseline: every scheduler's `<status_dir>/<pid>.json` written after the run became healthy;
+2. send_requests(): N short POSTs to the server (the health URL's scheme, host and port), each
+   bounded by its own timeout and all of them by a total one; a non-2xx answer or a timeout fails;
+3. wait until every scheduler's file was written after the last answer (`updated`);
+4. judge_scheduler() per scheduler (pure), judge_traffic() for all of them.
+
+The status file's format has one owner, the patch's kdtree_verify/statusdir.py (docs/CONTRACTS.md
+section 3b); load_statusdir() loads the host's installed copy by path, as smoke_host.load_marker()
+loads marker.py, and its read_dir() and summary() read the files and their counters.
+
+Stdlib only. The API key is only ever put in the request header: never in a message or a result.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+STATUSDIR_FILE = os.path.join("kdtree_verify", "statusdir.py")
+BODY_HEAD = 200
+TOP_REASONS = 3
+# Slugs of original calls that are not verify calls the kernel should have served: other forward
+# passes (prefill, the draft model) and validate mode's own bookkeeping (docs/CONTRACTS.md 3b).
+NOT_VERIFY_SLUGS = frozenset(("not_verify", "draft_runner", "validate", "validate_skipped_capture"))
+CHECKED_MODES = ("on", "validate")
+
+
+class TrafficError(Exception):
+    """A request failed (non-2xx, timeout, refused) or the status files did not answer in time."""
+
+
+class StatusDirError(Exception):
+    """The host's statusdir.py is missing or cannot be used."""
+
+
+def load_statusdir(patch_dir: str) -> Any:
+    """<patch_dir>/kdtree_verify/statusdir.py, loaded by path as a standalone module."""
+    path = os.path.join(patch_dir, STATUSDIR_FILE)
+    if not os.path.isfile(path):
+        raise StatusDirError(f"{path} does not exist: is the kdtree patch installed in {patch_dir}?")
+    try:
+        spec = importlib.util.spec_from_file_location("kdtree_smoke_host_statusdir", path)
+        if spec is None or spec.loader is None:
+            raise ImportError("no loader for this path")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise StatusDirError(f"cannot load {path}: {type(exc).__name__}: {exc}") from exc
+    missing = [name for name in ("read_dir", "summary") if not callable(getattr(module, name, None))]
+    if missing:
+        raise StatusDirError(
+            f"{path} has no {' or '.join(missing)}(): not the status reader this check needs"
+        )
+    return module
+
+
+# ---------------------------------------------------------------------------------------------
+# status files
+
+
+@dataclass(frozen=True)
+class Counts:
+    """One scheduler's status file as the judge reads it."""
+
+    pid: int
+    mode: str
+    updated: float
+    kernel_calls: int = 0
+    original_calls: dict[str, int] = field(default_factory=dict)
+    runtime_fallbacks: int = 0
+    runtime_fallback_reason: str = ""
+    compared: int = 0
+    mismatches: int = 0
+    max_diff: float = 0.0
+
+
+def counts_of(statusdir: Any, doc: dict[str, Any]) -> Counts | None:
+    """The judge's view of one status document (None when it is not one: no pid or no `updated`).
+
+    The numbers come from statusdir.summary() of this one document (the format's owner)."""
+    try:
+        pid = int(doc["pid"])
+        updated = float(doc["updated"])
+        total = statusdir.summary([doc])
+    except (KeyError, TypeError, ValueError):
+        return None
+    counters = doc.get("counters") if isinstance(doc.get("counters"), dict) else {}
+    validate = total.get("validate") or {}
+    return Counts(
+        pid=pid,
+        mode=str(doc.get("mode", "")),
+        updated=updated,
+        kernel_calls=int(total.get("kernel_calls", 0)),
+        original_calls={str(k): int(v) for k, v in (total.get("original_calls") or {}).items()},
+        runtime_fallbacks=int(total.get("runtime_fallbacks", 0)),
+        runtime_fallback_reason=str(counters.get("runtime_fallback_reason") or ""),
+        compared=int(validate.get("compared", 0)),
+        mismatches=int(validate.get("mismatches", 0)),
+        max_diff=float(validate.get("max_diff", 0.0)),
+    )
+
+
+def read_counts(statusdir: Any, status_dir: str, pids: list[int]) -> dict[int, Counts]:
+    """The status files of these pids (statusdir.read_dir reads the directory; others are ignored)."""
+    wanted = set(pids)
+    found: dict[int, Counts] = {}
+    try:
+        docs = statusdir.read_dir(status_dir)
+    except OSError:
+        return found
+    for doc in docs:
+        item = counts_of(statusdir, doc)
+        if item is not None and item.pid in wanted:
+            found[item.pid] = item
+    return found
+
+
+ReadCounts = Callable[[list[int]], dict[int, Counts]]
+
+
+def wait_written_after(
+    read: ReadCounts,
+    pids: list[int],
+    after: float,
+    bound_s: float,
+    poll_s: float,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[int, Counts]:
+    """Every pid's status file once it was written after `after` (its `updated`); TrafficError naming
+    the late ones when that takes longer than bound_s."""
+    deadline = clock() + bound_s
+    while True:
+        found = read(pids)
+        late = [pid for pid in pids if pid not in found or found[pid].updated <= after]
+        if not late:
+            return found
+        if clock() >= deadline:
+            named = ", ".join(
+                f"pid {pid} (no status file)"
+                if pid not in found
+                else f"pid {pid} (last written {after - found[pid].updated:.1f} s before)"
+                for pid in late
+            )
+            raise TrafficError(f"status file not rewritten within {bound_s:g} s: {named}")
+        sleep(poll_s)
+
+
+# ---------------------------------------------------------------------------------------------
+# requests
+
+
+@dataclass(frozen=True)
+class Requests:
+    """What to send: count, where (the health URL's scheme://host:port + route), what, bounds."""
+
+    count: int
+    health_url: str
+    route: str = "/generate"
+    prompt: str = "The capital of France is"
+    max_new_tokens: int = 16
+    timeout_s: float = 30.0
+    total_timeout_s: float = 120.0
+    api_key: str = ""
+
+    def url(self) -> str:
+        parts = urllib.parse.urlsplit(self.health_url)
+        route = self.route if self.route.startswith("/") else "/" + self.route
+        return urllib.parse.urlunsplit((parts.scheme, parts.netloc, route, "", ""))
+
+    def body(self) -> bytes:
+        sampling = {"max_new_tokens": self.max_new_tokens, "temperature": 0}
+        return json.dumps({"text": self.prompt, "sampling_params": sampling}).encode("utf-8")
+
+
+def _scrub(text: str, secret: str) -> str:
+    return text.replace(secret, "***") if secret else text
+
+
+def _head(raw: bytes, secret: str) -> str:
+    text = " ".join(raw[: BODY_HEAD * 4].decode("utf-8", "replace").split())
+    text = _scrub(text, secret)
+    return text if len(text) <= BODY_HEAD else text[: BODY_HEAD - 3] + "..."
+
+
+def send_requests(
+    req: Requests, clock: Callable[[], float] = time.time
+) -> tuple[list[dict[str, Any]], float]:
+    """Send req.count requests one after the other: ([{status, seconds}, ...], epoch s of the last
+    answer). TrafficError on a non-2xx answer, a timeout (its own or the total), or no answer."""
+    url = req.url()
+    headers = {"Content-Type": "application/json"}
+    if req.api_key:
+        headers["Authorization"] = f"Bearer {req.api_key}"
+    deadline = clock() + req.total_timeout_s
+    answers: list[dict[str, Any]] = []
+    last = clock()
+    for index in range(1, req.count + 1):
+        left = deadline - clock()
+        if left <= 0:
+            raise TrafficError(
+                f"request {index}/{req.count} to {url} not sent: the requests took more than "
+                f"{req.total_timeout_s:g} s in total"
+            )
+        timeout = min(req.timeout_s, left)
+        started = clock()
+        request = urllib.request.Request(url, data=req.body(), headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                status = response.status
+                raw = response.read()
+        except urllib.error.HTTPError as exc:
+            raw = b""
+            try:
+                raw = exc.read()
+            except Exception:  # the status is what matters; the body is a bonus
+                raw = b""
+            raise TrafficError(
+                f"request {index}/{req.count} to {url} answered {exc.code}: {_head(raw, req.api_key)}"
+            ) from None
+        except (TimeoutError, urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            if isinstance(reason, TimeoutError) or isinstance(exc, TimeoutError):
+                why = f"no answer within {timeout:.3g} s (timeout"
+                if timeout < req.timeout_s:
+                    why += f": the requests may take {req.total_timeout_s:g} s in total"
+                why += ")"
+            else:
+                why = f"failed: {_scrub(str(reason), req.api_key)}"
+            raise TrafficError(f"request {index}/{req.count} to {url} {why}") from None
+        # urllib raises HTTPError for every answer outside 200-299 (its HTTPErrorProcessor)
+        last = clock()
+        answers.append({"status": status, "seconds": round(last - started, 3)})
+    return answers, last
+
+
+# ---------------------------------------------------------------------------------------------
+# the judge (pure)
+
+
+def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    out = {key: after.get(key, 0) - before.get(key, 0) for key in after}
+    return {key: value for key, value in out.items() if value > 0}
+
+
+def judge_scheduler(before: Counts, after: Counts) -> dict[str, Any]:
+    """One scheduler's traffic verdict: {pid, mode, state (ok, failed, skipped), kernel_calls (+n),
+    compared (+n), original_calls (+n by slug), note}. Pure.
+
+    mode on: kernel_calls increased -> ok; verify calls sent to the original instead -> failed
+    naming the top reasons; nothing at all -> ok when the kernel served calls before (at CUDA graph
+    capture: replays are not counted in Python), else failed. A runtime fallback fails. validate:
+    the same with validate.compared, and any mismatch fails. Any other mode: skipped."""
+    pid = after.pid
+    mode = after.mode
+    originals = _delta(after.original_calls, before.original_calls)
+    sent_away = {k: v for k, v in originals.items() if k not in NOT_VERIFY_SLUGS}
+    kernel = after.kernel_calls - before.kernel_calls
+    compared = after.compared - before.compared
+    out: dict[str, Any] = {
+        "pid": pid,
+        "mode": mode,
+        "state": "ok",
+        "kernel_calls": kernel,
+        "compared": compared,
+        "original_calls": originals,
+        "note": "",
+    }
+
+    def failed(note: str) -> dict[str, Any]:
+        return {**out, "state": "failed", "note": f"scheduler pid {pid}: {note}"}
+
+    if mode not in CHECKED_MODES:
+        return {
+            **out,
+            "state": "skipped",
+            "note": f"scheduler pid {pid}: mode {mode or '?'}, traffic not checked",
+        }
+    if after.runtime_fallbacks > 0:
+        reason = after.runtime_fallback_reason or "no reason recorded"
+        return failed(f"{after.runtime_fallbacks} runtime fallback(s) to the original: {reason}")
+    if mode == "validate" and after.mismatches > 0:
+        return failed(
+            f"validate found {after.mismatches} mismatch(es) between the kernel and the original "
+            f"(max_diff {after.max_diff:g})"
+        )
+    grew, total, what = (kernel, after.kernel_calls, "kernel calls")
+    if mode == "validate":
+        grew, total, what = (compared, after.compared, "compared calls")
+    if grew > 0:
+        return out
+    if sent_away:
+        top = sorted(sent_away.items(), key=lambda item: (-item[1], item[0]))[:TOP_REASONS]
+        reasons = ", ".join(f"{slug} {count}" for slug, count in top)
+        verb = "reached the kernel" if mode == "on" else "were compared with the kernel"
+        return failed(f"0 of {sum(sent_away.values())} verify calls {verb}; sent to the original: {reasons}")
+    if total > 0:
+        return {
+            **out,
+            "note": (
+                f"scheduler pid {pid}: no new {what} counted, {total} before: calls replayed from a CUDA "
+                "graph are not counted in Python (docs/CONTRACTS.md 3b)"
+            ),
+        }
+    return failed("no verify call reached the patch (is speculative decoding on?)")
+
+
+def judge_traffic(
+    requests: int, before: dict[int, Counts], after: dict[int, Counts]
+) -> tuple[bool, str, list[dict[str, Any]]]:
+    """(ok, one summary line, per-scheduler verdicts) for all schedulers in `after`. Pure."""
+    verdicts = [judge_scheduler(before.get(pid, after[pid]), after[pid]) for pid in sorted(after)]
+    checked = [v for v in verdicts if v["state"] != "skipped"]
+    bad = [v for v in verdicts if v["state"] == "failed"]
+    kernel = sum(v["kernel_calls"] for v in checked)
+    compared = sum(v["compared"] for v in checked)
+    grew = sum(1 for v in checked if v["kernel_calls"] > 0 or v["compared"] > 0)
+    line = f"traffic: {requests} requests"
+    if not checked:
+        line += f", not checked (mode {', '.join(sorted({v['mode'] or '?' for v in verdicts})) or '?'})"
+    elif any(v["mode"] == "validate" for v in checked):
+        line += f", compared calls +{compared} in {grew}/{len(checked)} schedulers"
+    else:
+        line += f", kernel calls +{kernel} in {grew}/{len(checked)} schedulers"
+    notes = [v["note"] for v in verdicts if v["note"]]
+    if bad:
+        line += f"; {len(bad)} failed"
+    return not bad, line + ("; " + "; ".join(notes) if notes else ""), verdicts
+
+
+# ---------------------------------------------------------------------------------------------
+# the whole host part
+
+
+@dataclass
+class TrafficResult:
+    """ok, the smoke message's line, why + detail when it failed, per-scheduler verdicts."""
+
+    ok: bool
+    line: str
+    why: str = ""
+    detail: str = ""
+    schedulers: list[dict[str, Any]] = field(default_factory=list)
+    answers: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_result(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "line": self.line,
+            "schedulers": [dict(item) for item in self.schedulers],
+            "answers": [dict(item) for item in self.answers],
+        }
+
+
+def status_bound_s(interval_s: float) -> float:
+    """How long a status file may take to be rewritten: three intervals and 10 s."""
+    return 3 * interval_s + 10
+
+
+def run_traffic(
+    req: Requests,
+    pids: list[int],
+    read: ReadCounts,
+    interval_s: float,
+    poll_s: float = 0.25,
+    send: Callable[[Requests], tuple[list[dict[str, Any]], float]] = send_requests,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> TrafficResult:
+    """Baseline (files written from now on), requests, files written after the last answer, judge."""
+    bound = status_bound_s(interval_s)
+    poll = max(poll_s, 0.05)
+    head = f"traffic: {req.count} requests"
+    try:
+        before = wait_written_after(read, pids, clock(), bound, poll, clock, sleep)
+    except TrafficError as exc:
+        why = f"{head}: no fresh baseline ({exc}; does the unit set KDTREE_STATUS_DIR?)"
+        return TrafficResult(ok=False, line=why, why=why)
+    try:
+        answers, last = send(req)
+    except TrafficError as exc:
+        why = f"{head}: {exc}"
+        return TrafficResult(ok=False, line=why, why=why)
+    try:
+        after = wait_written_after(read, pids, last, bound, poll, clock, sleep)
+    except TrafficError as exc:
+        why = f"{head} answered, but {exc}"
+        return TrafficResult(ok=False, line=why, why=why, answers=answers)
+    ok, line, verdicts = judge_traffic(req.count, before, after)
+    failed = [v["note"] for v in verdicts if v["state"] == "failed"]
+    return TrafficResult(
+        ok=ok,
+        line=line,
+        why="" if ok else f"{head}: " + "; ".join(failed),
+        detail="" if ok else json.dumps(verdicts, sort_keys=True),
+        schedulers=verdicts,
+        answers=answers,
+    )

@@ -1,0 +1,482 @@
+"""The smoke check's traffic step (plugins/module_utils/smoke_traffic.py and the module's use of it).
+
+judge_scheduler() is pure and gets every case of issue 11; send_requests() talks to a local
+http.server (2xx, 500, a timeout, the API key header); run_traffic() and the module's execute() read a
+temporary status directory that a writer thread keeps rewriting the way the patch's publisher does,
+through the repository's kdtree_verify/statusdir.py loaded by path as on a host.
+"""
+
+from __future__ import annotations
+
+import http.server
+import importlib
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import PATCH_DIR
+from test_smoke_module import Host, params
+
+SECRET = "sk-test-8c1f0e2d-do-not-print"
+
+
+@pytest.fixture(scope="module")
+def tr():
+    return importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils.smoke_traffic")
+
+
+@pytest.fixture(scope="module")
+def statusdir(tr):
+    return tr.load_statusdir(str(PATCH_DIR))
+
+
+def counts(
+    tr,
+    pid=123,
+    mode="on",
+    kernel=0,
+    original=None,
+    fallbacks=0,
+    reason="",
+    compared=0,
+    mismatches=0,
+    max_diff=0.0,
+):
+    return tr.Counts(
+        pid=pid,
+        mode=mode,
+        updated=1.0,
+        kernel_calls=kernel,
+        original_calls=dict(original or {}),
+        runtime_fallbacks=fallbacks,
+        runtime_fallback_reason=reason,
+        compared=compared,
+        mismatches=mismatches,
+        max_diff=max_diff,
+    )
+
+
+# --- the judge ---------------------------------------------------------------------------------
+
+
+def test_mode_on_more_kernel_calls_is_ok(tr):
+    got = tr.judge_scheduler(counts(tr, kernel=5), counts(tr, kernel=45, original={"not_verify": 4}))
+    assert got["state"] == "ok" and got["kernel_calls"] == 40 and got["note"] == ""
+
+
+def test_mode_on_verify_calls_sent_to_the_original_fail_naming_the_top_reasons(tr):
+    before = counts(tr, original={"dtype": 2, "not_verify": 10})
+    after = counts(tr, original={"dtype": 40, "shape": 2, "not_verify": 14})
+    got = tr.judge_scheduler(before, after)
+    assert got["state"] == "failed"
+    assert got["note"] == (
+        "scheduler pid 123: 0 of 40 verify calls reached the kernel; sent to the original: dtype 38, shape 2"
+    )
+
+
+def test_prefill_and_draft_calls_are_not_verify_calls_sent_away(tr):
+    after = counts(tr, original={"not_verify": 8, "draft_runner": 8})
+    got = tr.judge_scheduler(counts(tr), after)
+    assert got["state"] == "failed"
+    assert got["note"] == "scheduler pid 123: no verify call reached the patch (is speculative decoding on?)"
+
+
+def test_mode_on_no_new_call_is_ok_when_the_kernel_served_calls_at_graph_capture(tr):
+    got = tr.judge_scheduler(counts(tr, kernel=12), counts(tr, kernel=12))
+    assert got["state"] == "ok"
+    assert "no new kernel calls counted, 12 before" in got["note"] and "CUDA graph" in got["note"]
+
+
+def test_mode_on_no_call_at_all_fails(tr):
+    got = tr.judge_scheduler(counts(tr), counts(tr))
+    assert got["state"] == "failed"
+    assert got["note"].endswith("no verify call reached the patch (is speculative decoding on?)")
+
+
+@pytest.mark.parametrize("before_fallbacks", [0, 1])
+def test_a_runtime_fallback_fails_with_its_reason_even_with_kernel_calls(tr, before_fallbacks):
+    before = counts(
+        tr, kernel=3, fallbacks=before_fallbacks, reason="CUDA error: invalid argument" * before_fallbacks
+    )
+    after = counts(tr, kernel=30, fallbacks=1, reason="CUDA error: invalid argument")
+    got = tr.judge_scheduler(before, after)
+    assert got["state"] == "failed"
+    assert (
+        got["note"]
+        == "scheduler pid 123: 1 runtime fallback(s) to the original: CUDA error: invalid argument"
+    )
+
+
+def test_validate_more_compared_calls_is_ok(tr):
+    before = counts(tr, mode="validate", compared=10, original={"validate": 10})
+    after = counts(tr, mode="validate", compared=50, original={"validate": 12}, max_diff=0.001)
+    got = tr.judge_scheduler(before, after)
+    assert got["state"] == "ok" and got["compared"] == 40
+
+
+def test_validate_a_mismatch_fails_with_the_count_and_max_diff(tr):
+    after = counts(tr, mode="validate", compared=50, mismatches=3, max_diff=0.25)
+    got = tr.judge_scheduler(counts(tr, mode="validate", compared=10), after)
+    assert got["state"] == "failed"
+    assert "3 mismatch(es)" in got["note"] and "max_diff 0.25" in got["note"]
+
+
+def test_validate_calls_sent_to_the_original_fail_naming_the_reasons(tr):
+    after = counts(tr, mode="validate", original={"kv_dtype": 9, "validate": 3})
+    got = tr.judge_scheduler(counts(tr, mode="validate"), after)
+    assert got["state"] == "failed"
+    assert got["note"].endswith(
+        "0 of 9 verify calls were compared with the kernel; sent to the original: kv_dtype 9"
+    )
+
+
+def test_validate_nothing_new_is_ok_after_earlier_comparisons_and_fails_without(tr):
+    seen = counts(tr, mode="validate", compared=7)
+    assert tr.judge_scheduler(seen, seen)["state"] == "ok"
+    assert "no new compared calls counted, 7 before" in tr.judge_scheduler(seen, seen)["note"]
+    none = counts(tr, mode="validate")
+    assert tr.judge_scheduler(none, none)["state"] == "failed"
+
+
+def test_mode_off_is_skipped_with_a_note(tr):
+    got = tr.judge_scheduler(counts(tr, mode="off"), counts(tr, mode="off"))
+    assert got["state"] == "skipped" and "mode off, traffic not checked" in got["note"]
+
+
+def test_the_summary_line_counts_the_kernel_calls_over_the_schedulers(tr):
+    before = {101: counts(tr, pid=101), 102: counts(tr, pid=102)}
+    after = {101: counts(tr, pid=101, kernel=25), 102: counts(tr, pid=102, kernel=15)}
+    ok, line, verdicts = tr.judge_traffic(4, before, after)
+    assert ok and line == "traffic: 4 requests, kernel calls +40 in 2/2 schedulers"
+    assert [v["pid"] for v in verdicts] == [101, 102]
+    after[102] = counts(tr, pid=102)
+    ok, line, _ = tr.judge_traffic(4, before, after)
+    assert not ok and "kernel calls +25 in 1/2 schedulers; 1 failed" in line and "pid 102" in line
+
+
+def test_counts_come_from_a_status_document_through_statusdir(tr, statusdir):
+    doc = {
+        "schema": 1,
+        "pid": 77,
+        "mode": "validate",
+        "state": "active",
+        "updated": 12.5,
+        "counters": {
+            "kernel_calls": 0,
+            "original_calls": {"validate": 4, "dtype": 1},
+            "runtime_fallbacks": 1,
+            "runtime_fallback_reason": "boom",
+        },
+        "validate": {"compared": 9, "mismatches": 2, "max_diff": 0.5},
+    }
+    got = tr.counts_of(statusdir, doc)
+    assert got == tr.Counts(77, "validate", 12.5, 0, {"dtype": 1, "validate": 4}, 1, "boom", 9, 2, 0.5)
+    assert tr.counts_of(statusdir, {"pid": 77}) is None  # never written by the publisher
+
+
+def test_a_missing_statusdir_module_is_named(tr, tmp_path):
+    with pytest.raises(tr.StatusDirError, match=r"statusdir\.py does not exist"):
+        tr.load_statusdir(str(tmp_path))
+
+
+# --- the requests -------------------------------------------------------------------------------
+
+
+class Server:
+    """A local /generate: answers `status` (after `delay` s), records each request."""
+
+    def __init__(self, status: int = 200, delay: float = 0.0, echo_auth: bool = False) -> None:
+        self.status = status
+        self.delay = delay
+        self.echo_auth = echo_auth
+        self.seen: list[dict] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length))
+                outer.seen.append(
+                    {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
+                )
+                time.sleep(outer.delay)
+                text = {"text": " Paris.", "meta_info": {}}
+                if outer.status >= 300:
+                    text = {
+                        "error": "boom in the kernel",
+                        "auth": self.headers.get("Authorization") if outer.echo_auth else "",
+                    }
+                raw = json.dumps(text).encode()
+                try:
+                    self.send_response(outer.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(raw)))
+                    self.end_headers()
+                    self.wfile.write(raw)
+                except OSError:
+                    pass
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def health_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/health"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_requests_go_to_the_route_on_the_health_url_s_host_with_the_wanted_body(tr):
+    with Server() as server:
+        req = tr.Requests(count=3, health_url=server.health_url, prompt="Hi", max_new_tokens=8)
+        answers, last = tr.send_requests(req)
+    assert [a["status"] for a in answers] == [200, 200, 200]
+    assert last <= time.time()
+    assert [s["path"] for s in server.seen] == ["/generate"] * 3
+    assert server.seen[0]["body"] == {
+        "text": "Hi",
+        "sampling_params": {"max_new_tokens": 8, "temperature": 0},
+    }
+    assert server.seen[0]["auth"] is None
+
+
+def test_a_500_fails_naming_the_status_and_the_body_head(tr):
+    with Server(status=500) as server, pytest.raises(tr.TrafficError) as info:
+        tr.send_requests(tr.Requests(count=4, health_url=server.health_url))
+    assert "request 1/4" in str(info.value) and "answered 500" in str(info.value)
+    assert "boom in the kernel" in str(info.value)
+    assert len(server.seen) == 1
+
+
+def test_a_request_that_takes_too_long_fails_as_a_timeout(tr):
+    with (
+        Server(delay=2.0) as server,
+        pytest.raises(tr.TrafficError, match=r"no answer within 0.3 s \(timeout\)"),
+    ):
+        tr.send_requests(tr.Requests(count=2, health_url=server.health_url, timeout_s=0.3))
+
+
+def test_the_total_bound_cuts_a_slow_request_short(tr):
+    started = time.monotonic()
+    with Server(delay=3.0) as server, pytest.raises(tr.TrafficError, match=r"0.5 s in total"):
+        tr.send_requests(
+            tr.Requests(count=1, health_url=server.health_url, timeout_s=10, total_timeout_s=0.5)
+        )
+    assert time.monotonic() - started < 2.5
+
+
+def test_the_total_bound_stops_further_requests(tr):
+    with Server(delay=0.3) as server, pytest.raises(tr.TrafficError, match=r"0.5 s in total"):
+        tr.send_requests(
+            tr.Requests(count=10, health_url=server.health_url, timeout_s=5, total_timeout_s=0.5)
+        )
+    assert len(server.seen) <= 3
+
+
+def test_the_api_key_is_sent_as_a_bearer_header_and_never_in_an_error(tr):
+    with Server() as server:
+        tr.send_requests(tr.Requests(count=1, health_url=server.health_url, api_key=SECRET))
+    assert server.seen[0]["auth"] == f"Bearer {SECRET}"
+    with Server(status=401, echo_auth=True) as server, pytest.raises(tr.TrafficError) as info:
+        tr.send_requests(tr.Requests(count=1, health_url=server.health_url, api_key=SECRET))
+    assert server.seen[0]["auth"] == f"Bearer {SECRET}"
+    assert "answered 401" in str(info.value) and SECRET not in str(info.value)
+
+
+# --- the host part end to end: a status directory a writer thread keeps current ----------------
+
+
+class Publisher:
+    """Writes <dir>/<pid>.json every `interval` s like the patch: kernel (or original) calls grow by
+    `per_request` for every request the server answered."""
+
+    def __init__(
+        self, status_dir: Path, pids, server: Server, interval=0.1, mode="on", path="kernel", per_request=10
+    ):
+        self.dir = status_dir
+        self.pids = pids
+        self.server = server
+        self.interval = interval
+        self.mode = mode
+        self.path = path
+        self.per_request = per_request
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def doc(self, pid: int) -> dict:
+        n = len(self.server.seen) * self.per_request
+        counters = {
+            "kernel_calls": 0,
+            "original_calls": {"not_verify": len(self.server.seen)},
+            "runtime_fallbacks": 0,
+        }
+        if self.path == "kernel":
+            counters["kernel_calls"] = n
+        else:
+            counters["original_calls"][self.path] = n
+        doc = {
+            "schema": 1,
+            "pid": pid,
+            "mode": self.mode,
+            "state": "active",
+            "since": 1.0,
+            "updated": time.time(),
+            "counters": counters,
+        }
+        if self.mode == "validate":
+            doc["validate"] = {
+                "compared": n if self.path == "kernel" else 0,
+                "mismatches": 0,
+                "max_diff": 0.0,
+            }
+        return doc
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for pid in self.pids:
+                tmp = self.dir / f"{pid}.json.tmp"
+                tmp.write_text(json.dumps(self.doc(pid)))
+                os.replace(tmp, self.dir / f"{pid}.json")
+            self.stop.wait(self.interval)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(timeout=5)
+
+
+def test_run_traffic_end_to_end_counts_the_kernel_calls_of_every_scheduler(tr, statusdir, tmp_path):
+    with Server() as server, Publisher(tmp_path, [101, 102], server):
+        req = tr.Requests(count=4, health_url=server.health_url)
+        result = tr.run_traffic(
+            req, [101, 102], lambda p: tr.read_counts(statusdir, str(tmp_path), p), 0.1, 0.05
+        )
+    assert result.ok, result.why
+    assert result.line == "traffic: 4 requests, kernel calls +80 in 2/2 schedulers"
+    assert [s["kernel_calls"] for s in result.schedulers] == [40, 40]
+
+
+def test_run_traffic_end_to_end_fails_when_the_calls_went_to_the_original(tr, statusdir, tmp_path):
+    with Server() as server, Publisher(tmp_path, [101], server, path="dtype"):
+        req = tr.Requests(count=2, health_url=server.health_url)
+        result = tr.run_traffic(req, [101], lambda p: tr.read_counts(statusdir, str(tmp_path), p), 0.1, 0.05)
+    assert not result.ok
+    assert (
+        "scheduler pid 101: 0 of 20 verify calls reached the kernel; sent to the original: dtype 20"
+        in result.why
+    )
+
+
+def test_a_status_file_that_is_not_rewritten_fails_within_the_bound(tr):
+    now = [100.0]
+    stale = {7: counts(tr, pid=7)}  # updated=1.0, never rewritten
+    with pytest.raises(tr.TrafficError, match=r"not rewritten within 25 s: pid 7 \(last written"):
+        tr.wait_written_after(
+            lambda p: stale,
+            [7, 8][:1],
+            50.0,
+            tr.status_bound_s(5),
+            1.0,
+            lambda: now[0],
+            lambda s: now.__setitem__(0, now[0] + s),
+        )
+    assert now[0] >= 125.0
+    with pytest.raises(tr.TrafficError, match=r"pid 8 \(no status file\)"):
+        tr.wait_written_after(
+            lambda p: stale, [8], 50.0, 1.0, 1.0, lambda: now[0], lambda s: now.__setitem__(0, now[0] + s)
+        )
+
+
+# --- the module ---------------------------------------------------------------------------------
+
+
+def module_execute(smoke_module, hu, host_over=None, **over):
+    host = Host(hu, **(host_over or {}))
+    return smoke_module.execute(
+        params(**over), read=host.read, restart=host.restart, sleep=host.sleep, clock=host.clock
+    )
+
+
+def test_the_module_sends_traffic_once_healthy_and_reports_it(smoke_module, hu, tmp_path):
+    with Server() as server, Publisher(tmp_path, [101], server, interval=0.05):
+        result = module_execute(
+            smoke_module,
+            hu,
+            requests=3,
+            status_dir=str(tmp_path),
+            health_url=server.health_url,
+            status_interval_s=0.05,
+            api_key=SECRET,
+        )
+    assert result["state"] == "ok", result["msg"]
+    assert result["msg"].endswith("; traffic: 3 requests, kernel calls +30 in 1/1 schedulers")
+    assert result["traffic"]["schedulers"][0]["kernel_calls"] == 30
+    assert server.seen[0]["auth"] == f"Bearer {SECRET}"
+    assert SECRET not in json.dumps(result)
+
+
+def test_a_failed_request_fails_the_module_without_printing_the_key(smoke_module, hu, tmp_path):
+    with Server(status=500, echo_auth=True) as server, Publisher(tmp_path, [101], server, interval=0.05):
+        result = module_execute(
+            smoke_module,
+            hu,
+            requests=2,
+            status_dir=str(tmp_path),
+            health_url=server.health_url,
+            status_interval_s=0.05,
+            api_key=SECRET,
+        )
+    assert result["state"] == "failed"
+    assert "answered 500" in result["why"] and "boom in the kernel" in result["msg"]
+    assert result["run"]["healthy_since"] is None
+    assert SECRET not in json.dumps(result)
+
+
+def test_validate_mode_end_to_end_in_the_module(smoke_module, hu, tmp_path):
+    with Server() as server, Publisher(tmp_path, [101], server, interval=0.05, mode="validate"):
+        result = module_execute(
+            smoke_module,
+            hu,
+            requests=2,
+            status_dir=str(tmp_path),
+            health_url=server.health_url,
+            status_interval_s=0.05,
+        )
+    assert result["state"] == "ok", result["msg"]
+    assert "traffic: 2 requests, compared calls +20 in 1/1 schedulers" in result["msg"]
+
+
+def test_traffic_needs_a_status_dir_and_fails_before_the_restart(smoke_module, hu):
+    host = Host(hu)
+    with pytest.raises(smoke_module.SmokeError, match="needs status_dir"):
+        smoke_module.execute(params(restart=True, requests=4), read=host.read, restart=host.restart)
+    assert host.restarts == []
+
+
+def test_no_traffic_without_requests_or_for_a_run_without_the_patch(smoke_module, hu):
+    result = module_execute(smoke_module, hu)
+    assert result["state"] == "ok" and result["traffic"]["line"] == "traffic: none sent"
+    result = module_execute(smoke_module, hu, requests=4, marker_state="", patch_dir="")
+    assert result["state"] == "ok"
+    assert "traffic: none sent (marker state unchecked" in result["msg"]
+
+
+def test_the_api_key_option_is_no_log(smoke_module):
+    assert smoke_module.ARGUMENT_SPEC["api_key"].get("no_log") is True
