@@ -396,7 +396,7 @@ def _plays(listing: str) -> list[tuple[str, list[str], list[str]]]:
         name = block.split("\t")[0].split(": ", 1)[1]
         pattern = re.search(r"pattern: (\[.*\])", block).group(1)
         hosts = re.search(r"hosts \(\d+\):\n((?:\s{6}\S+\n?)*)", block).group(1).split()
-        out.append((name, yaml.safe_load(pattern), hosts))
+        out.append((name, yaml.safe_load(pattern), sorted(hosts)))
     return out
 
 
