@@ -35,6 +35,8 @@ PKG = f"{EXT}/kdtree_verify"
 SMOKE = "plugins/modules/kdtree_smoke.py"
 REPORT = "plugins/module_utils/report.py"
 REPORT_TESTS = "tests/roles/test_report.py"
+PROMOTE = "plugins/module_utils/promote.py"
+PROMOTE_RULES = "tests/roles/test_promote.py::test_each_rule_keeps_the_host_in_validate_and_says_why"
 # Untracked links into /work/main in a worktree: never copied (the run uses this venv's pytest).
 SKIP_TOP = {".venv", ".cache", ".git"}
 
@@ -151,6 +153,33 @@ MUTANTS = (
         "pass",
         (REPORT_TESTS, "-k", "every_host"),
         "the fleet report leaves out an unreachable host instead of a row that says so",
+    ),
+    Mutant(
+        "promote-stale-statistics",
+        PROMOTE,
+        "_current_run",
+        r"started < deploy_start or since < deploy_start",
+        "since < deploy_start",
+        (f"{PROMOTE_RULES}[process-started-before-the-deploy]",),
+        "the promotion takes statistics of a scheduler that started before the current deploy",
+    ),
+    Mutant(
+        "promote-idle-scheduler",
+        PROMOTE,
+        "qualify",
+        r"if idle:",
+        "if False:",
+        (f"{PROMOTE_RULES}[one-scheduler-compared-nothing]",),
+        "the promotion accepts a host one of whose schedulers compared no call",
+    ),
+    Mutant(
+        "promote-tolerance",
+        PROMOTE,
+        "qualify",
+        r"not max_diff <= tol",
+        "max_diff > tol + 1",
+        (f"{PROMOTE_RULES}[max-diff-over-tolerance]",),
+        "the promotion accepts a largest difference above the tolerance",
     ),
 )
 

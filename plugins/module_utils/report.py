@@ -167,6 +167,7 @@ def deploy_summary(entry: dict[str, Any] | None) -> dict[str, Any] | None:
         "rolled_back_to": entry.get("rolled_back_to", ""),
         "why": _short(entry.get("why")),
         "when": _when(entry),
+        "started": str(entry.get("started") or ""),
         "build_id": entry.get("build_id", ""),
     }
 
@@ -275,6 +276,35 @@ def summarize_status(files: list[dict[str, Any]]) -> dict[str, Any]:
         "validate_mismatches": sum(mismatches) if mismatches else None,
         "validate_max_diff": max(max_diffs) if max_diffs else None,
     }
+
+
+def scheduler_details(reader: HostReader, files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per scheduler status file, what a promotion judges (module_utils/promote.py): its process's
+    start (epoch s, None when unreadable), the file's `since` and `updated`, its mode and state, its
+    validate statistics and runtime fallbacks (None where the file has no such field), by pid."""
+    out = []
+    for item in sorted(files, key=lambda f: f["pid"]):
+        counters = item.get("counters") if isinstance(item.get("counters"), dict) else {}
+        validate = item.get("validate") if isinstance(item.get("validate"), dict) else {}
+        runtime = _int(counters.get("runtime_fallbacks"))
+        if runtime is None and "runtime_fallback" in item:
+            runtime = 1 if item.get("runtime_fallback") else 0
+        out.append(
+            {
+                "pid": item["pid"],
+                "title": str(item.get("title") or ""),
+                "mode": str(item.get("mode") or ""),
+                "state": str(item.get("state") or ""),
+                "process_start": reader.process_start(item["pid"]),
+                "since": _num(item.get("since")),
+                "updated": _num(item.get("updated")),
+                "compared": _int(validate.get("compared")),
+                "mismatches": _int(validate.get("mismatches")),
+                "max_diff": _num(validate.get("max_diff")),
+                "runtime_fallbacks": runtime,
+            }
+        )
+    return out
 
 
 def node_rank(args: list[str]) -> int:
@@ -423,6 +453,8 @@ def gather(query: Query, reader: HostReader | None = None) -> dict[str, Any]:
         **summarize_status(scheduler_files),
         "nccl_env_ok": nccl_ok,
         "nccl_env_diff": nccl_diff,
+        "schedulers": scheduler_details(reader, scheduler_files),
+        "current_deploy": deploy_summary(entry),
         "last_deploy": deploy_summary(last),
         "last_good": deploy_summary(good),
         "errors": errors,

@@ -190,8 +190,21 @@ row:
     nccl_env_diff:
       description: The templated NCCL variables that differ, with the value found.
       type: dict
+    schedulers:
+      description:
+        - One item per live scheduler status file, by pid - pid, title, mode, state, process_start
+          (epoch s of the process, null when unreadable), since and updated (the file's epoch s),
+          compared, mismatches, max_diff (its validate statistics) and runtime_fallbacks; null where
+          the file has no such field. The promotion (C(playbooks/promote.yml)) judges these.
+      type: list
+      elements: dict
+    current_deploy:
+      description:
+        - "The history entry that describes what runs now (null when none): id, result,
+          rolled_back_to, why (short), when, started, build_id."
+      type: dict
     last_deploy:
-      description: "The newest deploy: id, result, rolled_back_to, why (short), when, build_id."
+      description: "The newest deploy: id, result, rolled_back_to, why (short), when, started, build_id."
       type: dict
     last_good:
       description: The newest healthy entry (same keys).

@@ -1,0 +1,244 @@
+"""Promotion on evidence (playbooks/promote.yml): whether a host may go from mode validate to on.
+
+qualify() judges one host's fleet-report row (module_utils/report.py, module kdtree_report) and
+answers (qualifies, why). It is pure: no host, no file, no clock. The play runs it on the controller
+through the kdtree_promote_verdict filter, then deploys mode on to the hosts that qualify; the others
+stay in validate and are listed with their `why`.
+
+A host qualifies when every rule holds (`why` names every rule that does not):
+
+- the report read the host without errors, and kdtree is deployed;
+- the current deploy (the history entry that describes what runs now) ended healthy, and the newest
+  deploy did too (a failed deploy that went back to an older one is not evidence for what would run);
+- its mode is validate (not on already, not off);
+- the unit is active and /health answers 200 (a multi-node host of rank > 0: its schedulers decide);
+- every expected scheduler is patched and reporting: a live status file in mode validate, state active,
+  with validate statistics, for each of the history's expected schedulers;
+- the statistics are the current run's: every scheduler process started, and its publisher's `since`
+  is, at or after the current deploy's start (stale files of earlier runs the report ignores already);
+- the schedulers run the build the history names;
+- validate.compared, summed over the schedulers, is at least `min_compared`, and every scheduler
+  compared at least one call;
+- no mismatch, the largest difference is at most `tolerance`, no runtime fallback;
+- when `expected` is given (the build id and patch digest the promotion's deploy would install), the
+  host runs those: evidence for another build or patch version is no evidence.
+
+The defaults: DEFAULT_MIN_COMPARED here, the tolerance from the patch's own config.py (DEFAULT_TOL,
+the one owner of the validate tolerance), loaded by path by default_tolerance().
+
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+import calendar
+import importlib.util
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+# validate.compared summed over a host's schedulers, at least (kdtree_promote_min_compared).
+DEFAULT_MIN_COMPARED = 1000
+# The patch's config.py, relative to the collection's root (the owner of DEFAULT_TOL).
+PATCH_CONFIG = Path("roles/kdtree_patch/files/sglang_ext/kdtree_verify/config.py")
+COLLECTION_ROOT = Path(__file__).resolve().parents[2]
+# history.now()'s format
+HISTORY_TIME = "%Y-%m-%dT%H:%M:%SZ"
+
+
+class PromoteError(Exception):
+    """A setting of the promotion that cannot be used (the message says which)."""
+
+
+def default_tolerance(root: Path = COLLECTION_ROOT) -> float:
+    """DEFAULT_TOL of the patch's kdtree_verify/config.py under `root`, loaded by path."""
+    path = root / PATCH_CONFIG
+    try:
+        spec = importlib.util.spec_from_file_location("kdtree_promote_patch_config", path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {path}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return float(module.DEFAULT_TOL)
+    except (OSError, ImportError, AttributeError, TypeError, ValueError) as exc:
+        raise PromoteError(f"cannot read DEFAULT_TOL from the patch's {path}: {exc}") from exc
+
+
+def settings(min_compared: Any = "", tolerance: Any = "") -> tuple[int, float]:
+    """(min_compared, tolerance) from the play's variables; "" or None takes the default."""
+    if min_compared in ("", None):
+        count = DEFAULT_MIN_COMPARED
+    else:
+        try:
+            count = int(str(min_compared))
+        except ValueError:
+            count = -1
+        if count < 1:
+            raise PromoteError(f"kdtree_promote_min_compared={min_compared!r} is not a whole number >= 1")
+    if tolerance in ("", None):
+        return count, default_tolerance()
+    try:
+        tol = float(str(tolerance))
+    except ValueError:
+        tol = math.nan
+    if not (math.isfinite(tol) and tol >= 0):
+        raise PromoteError(f"kdtree_promote_tolerance={tolerance!r} is not a finite number >= 0")
+    return count, tol
+
+
+def _epoch(text: Any) -> float | None:
+    try:
+        return float(calendar.timegm(time.strptime(str(text), HISTORY_TIME)))
+    except (TypeError, ValueError):
+        return None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _current_run(schedulers: list[dict[str, Any]], deploy_start: float | None) -> list[str]:
+    """Why the statistics are not (provably) the current run's; [] when they are."""
+    if deploy_start is None:
+        return ["the current deploy's start time is unknown, so the statistics cannot be dated"]
+    old = []
+    for item in schedulers:
+        started, since = _number(item.get("process_start")), _number(item.get("since"))
+        if started is None or since is None or started < deploy_start or since < deploy_start:
+            old.append(str(item.get("pid")))
+    if old:
+        return [f"statistics of pid {', '.join(old)} are older than the current deploy (or undated)"]
+    return []
+
+
+def qualify(
+    row: dict[str, Any],
+    min_compared: int = DEFAULT_MIN_COMPARED,
+    tolerance: float | None = None,
+    expected: dict[str, Any] | None = None,
+) -> tuple[bool, str]:
+    """(qualifies, why) for one host's report row. Why names every rule that fails, or, when the
+    host qualifies, the evidence. `tolerance` None takes the patch's DEFAULT_TOL."""
+    tol = default_tolerance() if tolerance is None else float(tolerance)
+    if "unit" not in row:  # report.rows() made the row: the host was not read
+        return False, "; ".join(row.get("problems") or ["no report"])
+    why: list[str] = []
+    if row.get("errors"):
+        why.append("the report could not read everything: " + "; ".join(map(str, row["errors"])))
+    if not row.get("deployed"):
+        return False, "; ".join([*why, "kdtree is not deployed"])
+    mode = row.get("mode") or "unknown"
+    if mode != "validate":  # nothing else to judge: there are no validate statistics
+        return False, "; ".join(
+            [*why, f"mode is {mode}" + (" already" if mode == "on" else "") + ", not validate"]
+        )
+
+    current = row.get("current_deploy") or {}
+    last = row.get("last_deploy") or {}
+    if current.get("result") != "healthy":
+        why.append(f"the current deploy is {current.get('result') or 'unknown'}, not healthy")
+    if last and last.get("result") != "healthy":
+        text = f"the last deploy {last.get('id') or '?'} is {last.get('result') or 'unknown'}"
+        if last.get("rolled_back_to"):
+            text += f" (rolled back to {last['rolled_back_to']})"
+        if last.get("why"):
+            text += f": {last['why']}"
+        why.append(text)
+
+    unit_state = str(row.get("unit_state") or "unknown")
+    if not unit_state.startswith("active/"):
+        why.append(f"unit is {unit_state}")
+    if row.get("health") != "ok" and not row.get("node_rank"):
+        why.append(f"health is {row.get('health') or 'not read'}")
+
+    schedulers = [s for s in row.get("schedulers") or [] if isinstance(s, dict)]
+    expected_count = row.get("schedulers_expected")
+    reporting = [
+        s
+        for s in schedulers
+        if s.get("state") == "active" and s.get("mode") == "validate" and s.get("compared") is not None
+    ]
+    if not expected_count:
+        why.append("the history does not say how many schedulers to expect")
+    elif len(reporting) != expected_count or row.get("schedulers_patched") != expected_count:
+        why.append(
+            f"{len(reporting)}/{expected_count} schedulers report validate statistics "
+            f"({row.get('schedulers_patched', 0)} patched, {row.get('schedulers_running', 0)} running)"
+        )
+    why += _current_run(schedulers, _epoch(current.get("started")))
+
+    running = row.get("running_build_ids") or []
+    if running and running != [row.get("build_id")]:
+        why.append(f"schedulers run build {','.join(running)}, the history says {row.get('build_id')}")
+    if expected:
+        build, digest = str(expected.get("build_id") or ""), str(expected.get("patch_digest") or "")
+        if build and row.get("build_id") != build:
+            why.append(f"runs build {row.get('build_id') or '?'}, the promotion would deploy {build}")
+        short = str(row.get("patch_digest") or "")
+        if digest and (not short or not digest.startswith(short)):
+            why.append(f"runs patch {short or '?'}, the promotion would deploy {digest[: len(short) or 12]}")
+
+    compared = [s.get("compared") for s in reporting]
+    total = sum(c for c in compared if isinstance(c, int))
+    if total < min_compared:
+        why.append(f"{total} calls compared, fewer than {min_compared}")
+    idle = [str(s.get("pid")) for s in reporting if not s.get("compared")]
+    if idle:
+        why.append(f"scheduler pid {', '.join(idle)} compared no call")
+    mismatches = row.get("validate_mismatches")
+    if mismatches is None and reporting:
+        why.append("no mismatch count")
+    elif mismatches:
+        why.append(f"{mismatches} mismatches")
+    max_diff = _number(row.get("validate_max_diff"))
+    if max_diff is None and reporting:
+        why.append("no largest difference")
+    elif max_diff is not None and not max_diff <= tol:
+        why.append(f"max diff {max_diff:.3g} > tolerance {tol:g}")
+    fallbacks = row.get("runtime_fallbacks")
+    if fallbacks is None:
+        why.append("no runtime fallback count (a patch without counters)")
+    elif fallbacks:
+        reason = row.get("runtime_fallback_reason") or "?"
+        why.append(f"{fallbacks} runtime fallbacks ({reason})")
+
+    if why:
+        return False, "; ".join(why)
+    return True, (
+        f"{total} calls compared over {len(reporting)} schedulers, 0 mismatches, "
+        f"max diff {max_diff or 0.0:.3g} <= {tol:g}, no runtime fallback"
+    )
+
+
+def verdict(
+    row: dict[str, Any],
+    min_compared: Any = "",
+    tolerance: Any = "",
+    expected: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """{host, qualified, why, min_compared, tolerance} for one row, with the play's settings."""
+    count, tol = settings(min_compared, tolerance)
+    ok, why = qualify(row, count, tol, expected)
+    return {
+        "host": str(row.get("host") or "?"),
+        "qualified": ok,
+        "why": why,
+        "min_compared": count,
+        "tolerance": tol,
+    }
+
+
+def format_table(verdicts: list[dict[str, Any]]) -> str:
+    """One line per host: HOST, PROMOTE (on / stays validate), WHY; qualifying hosts first."""
+    ordered = sorted(verdicts, key=lambda v: not v.get("qualified"))
+    lines = [
+        (str(v.get("host") or "?"), "on" if v.get("qualified") else "stays", str(v.get("why") or ""))
+        for v in ordered
+    ]
+    width = max([len("HOST")] + [len(h) for h, _, _ in lines])
+    out = [f"{'HOST'.ljust(width)}  PROMOTE  WHY"]
+    out += [f"{h.ljust(width)}  {p.ljust(7)}  {w}" for h, p, w in lines]
+    return "\n".join(out)

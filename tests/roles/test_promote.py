@@ -1,0 +1,482 @@
+"""Promotion on evidence (module_utils/promote, filters kdtree_promote_*, playbooks/promote.yml).
+
+qualify() is judged rule by rule on report rows (one qualifying row, then one change per rule); a
+row gathered by the real report code from fixtures (test_report's host: live titled processes, a
+status directory, a history) qualifies, and does not once its statistics predate the deploy. The
+playbook is checked with ansible-playbook --list-hosts (both plays' host patterns, the group play 2
+runs on) and run on localhost, where no host qualifies: the run ends OK, play 2 runs on no host and
+the table says why each host stays. Nothing here needs systemd or a container.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+from ansible_collections.kdtree.fleet.plugins.filter import promote as promote_filter
+from ansible_collections.kdtree.fleet.plugins.module_utils import history, promote
+from conftest import PATCH_DIR, ROOT
+from test_report import counters, gather, health_server, host, status  # noqa: F401 (fixtures)
+
+PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
+T0 = 1_790_000_000.0  # the deploy's start (epoch s) in the rows below
+STARTED = time.strftime(promote.HISTORY_TIME, time.gmtime(T0))
+
+
+def scheduler(pid: int, compared: int = 600, **over) -> dict:
+    item = {
+        "pid": pid,
+        "title": f"sglang::scheduler_TP{pid % 10}",
+        "mode": "validate",
+        "state": "active",
+        "process_start": T0 + 5,
+        "since": T0 + 30,
+        "updated": T0 + 900,
+        "compared": compared,
+        "mismatches": 0,
+        "max_diff": 0.004,
+        "runtime_fallbacks": 0,
+    }
+    return {**item, **over}
+
+
+def good_row(**over) -> dict:
+    """A host that qualifies: healthy deploy in validate, 2 of 2 schedulers, 1200 compared."""
+    deploy = {
+        "id": "d1",
+        "result": "healthy",
+        "rolled_back_to": "",
+        "why": "",
+        "when": STARTED,
+        "started": STARTED,
+        "build_id": "0123456789abcdef",
+    }
+    row = {
+        "host": "gpu-1",
+        "unit": "sglang.service",
+        "unit_state": "active/running",
+        "health": "ok",
+        "node_rank": 0,
+        "deployed": True,
+        "build_id": "0123456789abcdef",
+        "running_build_ids": ["0123456789abcdef"],
+        "patch_digest": "fedcba987654",
+        "mode": "validate",
+        "marker_state": "active",
+        "schedulers_running": 2,
+        "schedulers_patched": 2,
+        "schedulers_expected": 2,
+        "schedulers": [scheduler(101), scheduler(102)],
+        "runtime_fallbacks": 0,
+        "runtime_fallback_reason": "",
+        "validate_compared": 1200,
+        "validate_mismatches": 0,
+        "validate_max_diff": 0.004,
+        "current_deploy": dict(deploy),
+        "last_deploy": dict(deploy),
+        "errors": [],
+        "problems": [],
+    }
+    row.update(over)
+    return row
+
+
+def judge(row: dict, **kw) -> tuple[bool, str]:
+    kw.setdefault("min_compared", 1000)
+    kw.setdefault("tolerance", 0.02)
+    return promote.qualify(row, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# qualify(), rule by rule
+
+
+def test_a_healthy_validate_host_with_enough_clean_evidence_qualifies():
+    ok, why = judge(good_row())
+    assert ok, why
+    assert (
+        why
+        == "1200 calls compared over 2 schedulers, 0 mismatches, max diff 0.004 <= 0.02, no runtime fallback"
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        pytest.param(
+            {"schedulers": [scheduler(101, 400), scheduler(102, 400)], "validate_compared": 800},
+            "800 calls compared, fewer than 1000",
+            id="too-few-compared",
+        ),
+        pytest.param(
+            {"schedulers": [scheduler(101, 1200), scheduler(102, 0)]},
+            "scheduler pid 102 compared no call",
+            id="one-scheduler-compared-nothing",
+        ),
+        pytest.param({"validate_mismatches": 1}, "1 mismatches", id="a-mismatch"),
+        pytest.param(
+            {"validate_max_diff": 0.021}, "max diff 0.021 > tolerance 0.02", id="max-diff-over-tolerance"
+        ),
+        pytest.param({"validate_max_diff": float("nan")}, "max diff nan > tolerance", id="max-diff-nan"),
+        pytest.param(
+            {"runtime_fallbacks": 1, "runtime_fallback_reason": "kernel raised"},
+            "1 runtime fallbacks (kernel raised)",
+            id="runtime-fallback",
+        ),
+        pytest.param(
+            {"runtime_fallbacks": None}, "no runtime fallback count", id="runtime-fallbacks-unknown"
+        ),
+        pytest.param({"mode": "on"}, "mode is on already, not validate", id="mode-on-already"),
+        pytest.param({"mode": "off"}, "mode is off, not validate", id="mode-off"),
+        pytest.param({"deployed": False, "mode": "stock"}, "kdtree is not deployed", id="not-deployed"),
+        pytest.param(
+            {"current_deploy": {"result": "running", "started": STARTED}},
+            "the current deploy is running, not healthy",
+            id="current-deploy-not-ended",
+        ),
+        pytest.param(
+            {
+                "last_deploy": {
+                    "id": "d2",
+                    "result": "rolled_back",
+                    "rolled_back_to": "previous",
+                    "why": "smoke: traceback",
+                }
+            },
+            "the last deploy d2 is rolled_back (rolled back to previous): smoke: traceback",
+            id="unhealthy-last-deploy",
+        ),
+        pytest.param({"unit_state": "failed/failed"}, "unit is failed/failed", id="unit-not-active"),
+        pytest.param({"health": "503"}, "health is 503", id="health-not-ok"),
+        pytest.param(
+            {"schedulers": [scheduler(101, 1200)], "schedulers_patched": 1},
+            "1/2 schedulers report validate statistics (1 patched, 2 running)",
+            id="a-scheduler-not-reporting",
+        ),
+        pytest.param(
+            {"schedulers": [scheduler(101), scheduler(102, state="fallback")]},
+            "1/2 schedulers report validate statistics",
+            id="a-scheduler-fell-back",
+        ),
+        pytest.param({"schedulers_expected": None}, "how many schedulers to expect", id="expected-unknown"),
+        pytest.param(
+            {"schedulers": [scheduler(101, process_start=T0 - 3600, since=T0 - 3500), scheduler(102)]},
+            "statistics of pid 101 are older than the current deploy",
+            id="stale-statistics-from-before-the-deploy",
+        ),
+        pytest.param(
+            {"schedulers": [scheduler(101, process_start=T0 - 1), scheduler(102)]},
+            "statistics of pid 101 are older than the current deploy",
+            id="process-started-before-the-deploy",
+        ),
+        pytest.param(
+            {"schedulers": [scheduler(101), scheduler(102, since=T0 - 1)]},
+            "statistics of pid 102 are older than the current deploy",
+            id="publisher-since-before-the-deploy",
+        ),
+        pytest.param(
+            {"schedulers": [scheduler(101), scheduler(102, process_start=None)]},
+            "statistics of pid 102 are older than the current deploy (or undated)",
+            id="process-start-unreadable",
+        ),
+        pytest.param(
+            {"current_deploy": {"result": "healthy", "started": ""}},
+            "the current deploy's start time is unknown",
+            id="deploy-start-unknown",
+        ),
+        pytest.param(
+            {"running_build_ids": ["ffff"]},
+            "schedulers run build ffff, the history says 0123456789abcdef",
+            id="running-another-build",
+        ),
+        pytest.param(
+            {"errors": ["cannot list /run/x"]},
+            "could not read everything: cannot list /run/x",
+            id="report-errors",
+        ),
+    ],
+)
+def test_each_rule_keeps_the_host_in_validate_and_says_why(change, said):
+    ok, why = judge(good_row(**change))
+    assert not ok
+    assert said in why, why
+
+
+def test_every_failing_rule_is_named():
+    ok, why = judge(good_row(validate_mismatches=2, runtime_fallbacks=3, health="refused"))
+    assert not ok
+    assert [part.split(" ")[0] for part in why.split("; ")] == ["health", "2", "3"]
+
+
+def test_a_rank_above_zero_is_judged_by_its_schedulers_not_its_health():
+    assert judge(good_row(node_rank=1, health="200 dummy"))[0]
+
+
+def test_the_thresholds_are_the_callers():
+    assert judge(good_row(), min_compared=1200)[0]
+    assert not judge(good_row(), min_compared=1201)[0]
+    assert judge(good_row(validate_max_diff=0.05), tolerance=0.05)[0]
+    assert judge(good_row(validate_max_diff=0.0), tolerance=0.0)[0]  # 0 <= 0 qualifies
+
+
+def test_the_build_and_patch_the_deploy_would_install_must_be_the_evidence_s():
+    same = {"build_id": "0123456789abcdef", "patch_digest": "fedcba987654" + "0" * 52}
+    assert judge(good_row(), expected=same)[0]
+    ok, why = judge(good_row(), expected={**same, "build_id": "aaaa"})
+    assert not ok and "runs build 0123456789abcdef, the promotion would deploy aaaa" in why
+    ok, why = judge(good_row(), expected={**same, "patch_digest": "0" * 64})
+    assert not ok and "runs patch fedcba987654, the promotion would deploy 000000000000" in why
+
+
+def test_a_host_without_a_row_stays_with_the_report_s_reason():
+    from ansible_collections.kdtree.fleet.plugins.module_utils import report
+
+    row = report.rows([{"unreachable": True, "msg": "ssh: timeout"}], ["gone"])[0]
+    ok, why = judge(row)
+    assert not ok and why.startswith("unreachable: ssh: timeout")
+
+
+# ---------------------------------------------------------------------------------------------
+# the settings and their one owner
+
+
+def test_the_default_tolerance_is_the_patch_s_default_tol():
+    spec = importlib.util.spec_from_file_location("patch_config", PATCH_DIR / "kdtree_verify" / "config.py")
+    config = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(config)
+    assert promote.default_tolerance() == config.DEFAULT_TOL
+    assert promote.settings("", "") == (promote.DEFAULT_MIN_COMPARED, config.DEFAULT_TOL)
+    assert promote.settings(None, None) == (promote.DEFAULT_MIN_COMPARED, config.DEFAULT_TOL)
+    assert promote.settings("50", "0.1") == (50, 0.1)
+    assert promote.settings(50, 0) == (50, 0.0)
+
+
+def test_a_missing_patch_config_is_a_clear_error(tmp_path):
+    with pytest.raises(promote.PromoteError, match="cannot read DEFAULT_TOL"):
+        promote.default_tolerance(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("count", "tol"), [("0", ""), ("abc", ""), ("1.5", ""), ("", "nan"), ("", "-1"), ("", "inf"), ("", "x")]
+)
+def test_unusable_settings_are_refused(count, tol):
+    with pytest.raises(promote.PromoteError, match="kdtree_promote_"):
+        promote.settings(count, tol)
+
+
+def test_the_defaults_are_not_restated_in_the_playbook_or_the_filter():
+    for path in (ROOT / "playbooks" / "promote.yml", ROOT / "plugins" / "filter" / "promote.py"):
+        code = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
+        assert not re.search(r"\b1000\b|\b0\.02\b", code), path
+    assert not re.search(r"\b0\.02\b", (ROOT / "plugins" / "module_utils" / "promote.py").read_text())
+
+
+# ---------------------------------------------------------------------------------------------
+# the filters
+
+
+def test_the_verdict_filter_judges_a_registered_result_with_the_play_s_settings():
+    verdict = promote_filter.kdtree_promote_verdict({"changed": False, "row": good_row()}, "gpu-9")
+    assert verdict["host"] == "gpu-9" and verdict["qualified"] is True
+    assert (verdict["min_compared"], verdict["tolerance"]) == (
+        promote.DEFAULT_MIN_COMPARED,
+        promote.default_tolerance(),
+    )
+    verdict = promote_filter.kdtree_promote_verdict({"row": good_row()}, "gpu-9", "5000", "")
+    assert verdict["qualified"] is False and "fewer than 5000" in verdict["why"]
+    verdict = promote_filter.kdtree_promote_verdict({}, "gpu-9")  # skipped or failed before the report
+    assert verdict["qualified"] is False and "no report" in verdict["why"]
+    with pytest.raises(AnsibleFilterError, match="kdtree_promote_tolerance"):
+        promote_filter.kdtree_promote_verdict({"row": good_row()}, "gpu-9", "", "nan")
+
+
+def test_the_table_lists_the_qualifying_hosts_first_and_every_host_once():
+    good = promote.verdict(good_row(host="a"))
+    bad = promote.verdict(good_row(host="b", validate_mismatches=4))
+    table = promote_filter.kdtree_promote_table([bad, None, good], ["b", "c", "a"])
+    lines = table.splitlines()
+    assert lines[0].split() == ["HOST", "PROMOTE", "WHY"]
+    assert [line.split()[:2] for line in lines[1:]] == [["a", "on"], ["b", "stays"], ["c", "stays"]]
+    assert lines[2].endswith("4 mismatches") and "not judged" in lines[3]
+    with pytest.raises(AnsibleFilterError):
+        promote_filter.kdtree_promote_table([good], ["a", "b"])
+
+
+# ---------------------------------------------------------------------------------------------
+# rows gathered by the real report code from fixtures
+
+
+def _write_schedulers(fixture, since: float, compared: int = 700, **validate) -> None:
+    for proc in (fixture.tp0, fixture.tp1):
+        fixture.write_status(
+            proc.pid,
+            status(
+                proc.pid,
+                schema=1,
+                title="sglang::scheduler_TP0",
+                since=since,
+                updated=time.time(),
+                build_id="0123456789abcdef",
+                counters=counters(0, {"validate": compared}),
+                validate={"compared": compared, "mismatches": 0, "max_diff": 0.003, **validate},
+            ),
+        )
+
+
+def _date_deploy(fixture, started: float) -> None:
+    entries = history.load(str(fixture.history))
+    entries[-1]["started"] = time.strftime(promote.HISTORY_TIME, time.gmtime(started))
+    history.save(str(fixture.history), entries)
+
+
+def test_a_gathered_row_of_the_current_run_qualifies(host, health_server):  # noqa: F811 (the imported fixtures)
+    host.deploy(nccl_env={})
+    _date_deploy(host, time.time() - 60)  # the deploy began before these processes started
+    _write_schedulers(host, since=time.time())
+    row = gather(host, health_server)
+    assert [s["pid"] for s in row["schedulers"]] == sorted([host.tp0.pid, host.tp1.pid])
+    assert row["current_deploy"]["result"] == "healthy" and row["current_deploy"]["started"]
+    ok, why = judge(row)
+    assert ok, why
+    assert why.startswith("1400 calls compared over 2 schedulers")
+
+
+def test_statistics_of_processes_older_than_the_deploy_do_not_count(host, health_server):  # noqa: F811 (the imported fixtures)
+    host.deploy(nccl_env={})
+    _date_deploy(host, time.time() + 60)  # e.g. a deploy that did not restart this run
+    _write_schedulers(host, since=time.time())
+    ok, why = judge(gather(host, health_server))
+    assert not ok and "older than the current deploy" in why, why
+
+
+def test_a_gathered_row_with_a_mismatch_stays(host, health_server):  # noqa: F811 (the imported fixtures)
+    host.deploy(nccl_env={})
+    _date_deploy(host, time.time() - 60)
+    _write_schedulers(host, since=time.time(), mismatches=1, max_diff=0.5)
+    ok, why = judge(gather(host, health_server))
+    assert not ok and "2 mismatches" in why and "max diff 0.5 > tolerance 0.02" in why, why
+
+
+# ---------------------------------------------------------------------------------------------
+# the playbook
+
+
+def _inventory(tmp_path: Path, groups: dict) -> Path:
+    path = tmp_path / "hosts.yml"
+    path.write_text(json.dumps(groups))
+    return path
+
+
+def _playbook(tmp_path: Path, inventory: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    return subprocess.run(
+        [str(PLAYBOOK_BIN), "-i", str(inventory), str(ROOT / "playbooks" / "promote.yml"), *extra],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+        check=False,
+    )
+
+
+def _plays(listing: str) -> list[tuple[str, list[str], list[str]]]:
+    """(play name, pattern, hosts) per play of --list-hosts output."""
+    out = []
+    for block in re.split(r"\n\s*play #\d+ ", listing)[1:]:
+        name = block.split("\t")[0].split(": ", 1)[1]
+        pattern = re.search(r"pattern: (\[.*\])", block).group(1)
+        hosts = re.search(r"hosts \(\d+\):\n((?:\s{6}\S+\n?)*)", block).group(1).split()
+        out.append((name, yaml.safe_load(pattern), sorted(hosts)))
+    return out
+
+
+@pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv")
+def test_play_2_is_the_deploy_on_the_qualified_group_and_hosts_can_be_chosen(tmp_path):
+    # a static group of that name stands in for the one play 1's group_by makes: it shows that the
+    # var passed to import_playbook reaches deploy.yml's hosts: template
+    inventory = _inventory(
+        tmp_path,
+        {
+            "gpu-hosts": {"hosts": {"g1": {}, "g2": {}}},
+            "canary": {"hosts": {"g2": {}}},
+            "kdtree_promote_qualified": {"hosts": {"g1": {}}},
+        },
+    )
+    out = _playbook(tmp_path, inventory, "--list-hosts")
+    assert out.returncode == 0, out.stdout + out.stderr
+    plays = _plays(out.stdout)
+    assert plays[0][1:] == (["gpu-hosts"], ["g1", "g2"])
+    assert plays[1][0] == "Deploy kdtree verify attention to SGLang hosts"
+    assert plays[1][1:] == (["kdtree_promote_qualified"], ["g1"])
+    out = _playbook(tmp_path, inventory, "--list-hosts", "-e", "kdtree_promote_hosts=canary")
+    assert _plays(out.stdout)[0][1:] == (["canary"], ["g2"])
+
+
+def test_play_2_deploys_mode_on_with_the_deploy_s_own_flow():
+    plays = yaml.safe_load((ROOT / "playbooks" / "promote.yml").read_text())
+    assert plays[-1]["ansible.builtin.import_playbook"] == "deploy.yml"
+    assert plays[-1]["vars"] == {
+        "kdtree_deploy_hosts": "kdtree_promote_qualified",
+        "kdtree_service_verify_mode": "on",
+    }
+    deploy = yaml.safe_load((ROOT / "playbooks" / "deploy.yml").read_text())
+    assert deploy[0]["hosts"] == "{{ kdtree_deploy_hosts | default('gpu-hosts') }}"
+    judge_play = plays[0]
+    assert (judge_play["strategy"], judge_play["gather_facts"], judge_play["become"]) == (
+        "linear",
+        False,
+        True,
+    )
+    assert "serial" not in judge_play  # the report collects every host's row once
+    group_by = [t for t in judge_play["tasks"] if "ansible.builtin.group_by" in t]
+    assert group_by[0]["ansible.builtin.group_by"]["key"] == "kdtree_promote_qualified"
+
+
+@pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv")
+@pytest.mark.parametrize("check", [False, True], ids=["run", "check"])
+def test_when_no_host_qualifies_the_run_ends_ok_and_says_why(tmp_path, check):
+    inventory = _inventory(
+        tmp_path,
+        {
+            "gpu-hosts": {
+                "hosts": {
+                    "local-a": {
+                        "ansible_connection": "local",
+                        "kdtree_service_name": "kdtree-promote-test-a",
+                    },
+                    "local-b": {"ansible_connection": "local", "kdtree_service_port": 1},
+                }
+            }
+        },
+    )
+    out = _playbook(
+        tmp_path,
+        inventory,
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        "-e",
+        "ansible_become=false",
+        "-e",
+        f"kdtree_report_json={tmp_path / 'report.json'}",
+        *(["--check"] if check else []),
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "PLAY [Deploy kdtree verify attention to SGLang hosts]" in out.stdout
+    assert "skipping: no hosts matched" in out.stdout
+    table = out.stdout[out.stdout.index("PROMOTE  WHY") :]  # after the report's own table
+    lines = table.splitlines()[1:3]
+    assert [line.split()[:2] for line in lines] == [["local-a", "stays"], ["local-b", "stays"]]
+    assert all("kdtree is not deployed" in line for line in lines), lines
+    recap = out.stdout[out.stdout.index("PLAY RECAP") :]
+    assert re.findall(r"changed=(\d+)", recap) == ["0", "0"]
+    assert re.findall(r"failed=(\d+)", recap) == ["0", "0"]
