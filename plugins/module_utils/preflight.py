@@ -510,8 +510,9 @@ def launch_facts(unit: Unit, exec_start_override: list[str]) -> dict[str, Any]:
     """The command line's facts the roles use: python, backend, port and the scheduler count.
 
     SGLang 0.5.23 starts tp x pp scheduler processes per data-parallel rank, and dp ranks of them unless
-    --enable-dp-attention (then the dp ranks live inside the tp group). Sizes that do not parse are
-    named in `unparsed` (the preflight refuses them) instead of being taken as 1. The argv itself is
+    --enable-dp-attention (then the dp ranks live inside the tp group); with --nnodes N this node runs
+    its share (--node-rank decides nothing about the count, only that rank > 0 has no tokenizer).
+    Sizes that do not parse are named in `unparsed` (the preflight refuses them) instead of being taken as 1. The argv itself is
     not returned: an operator's command line may hold secrets (--api-key).
     """
     argv, _ = exec_start(unit.settings)
@@ -531,7 +532,19 @@ def launch_facts(unit: Unit, exec_start_override: list[str]) -> dict[str, Any]:
     tp = size("--tp-size", "--tensor-parallel-size", "--tp")
     pp = size("--pp-size", "--pipeline-parallel-size", "--pp")
     dp = size("--dp-size", "--data-parallel-size", "--dp")
+    nnodes = size("--nnodes")
+    rank_value = launch.option("--node-rank")
+    node_rank = int(rank_value) if rank_value is not None and rank_value.isdigit() else 0
+    if rank_value is not None and (not rank_value.isdigit() or node_rank >= nnodes):
+        unparsed.append(f"--node-rank {rank_value}")
     dp_attention = "--enable-dp-attention" in launch.args
+    # SGLang 0.5.23 spreads pp, then tp, over the nodes (engine._calculate_rank_ranges): this node runs
+    # max(pp // nnodes, 1) pipeline ranks of tp // max(nnodes // pp, 1) tensor ranks each
+    pp_here = max(pp // nnodes, 1)
+    tp_here = tp // max(nnodes // pp, 1)
+    if nnodes > 1 and tp_here < 1:
+        unparsed.append(f"--nnodes {nnodes} with --tp-size {tp} --pp-size {pp}")
+        tp_here = 1
     port = launch.option("--port")
     if port is not None and not port.isdigit():
         unparsed.append(f"--port {port}")
@@ -542,7 +555,10 @@ def launch_facts(unit: Unit, exec_start_override: list[str]) -> dict[str, Any]:
         "pp_size": pp,
         "dp_size": dp,
         "dp_attention": dp_attention,
-        "schedulers": tp * pp * (1 if dp_attention else dp),
+        "nnodes": nnodes,
+        # > 0: no tokenizer on this node, /health is SGLang's dummy server: judged by its schedulers
+        "node_rank": node_rank,
+        "schedulers": tp_here * pp_here * (1 if dp_attention else dp),
         "unparsed": unparsed,
         # None: the command line leaves SGLang's default
         "port": int(port) if port is not None and port.isdigit() else None,

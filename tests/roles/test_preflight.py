@@ -214,6 +214,10 @@ def test_our_own_drop_in_is_never_held_against_us(tmp_path):
         ("--tp-size 4 --dp-size 2 --enable-dp-attention", 4),
         ("--tp-size $TP", 8),  # from Environment=TP=8
         ("--tp-size ${TP}", 8),
+        # multi-node: each node runs its share of the ranks (SGLang's _calculate_rank_ranges)
+        ("--tp-size 16 --nnodes 2 --node-rank 1", 8),
+        ("--tp-size 8 --pp-size 2 --nnodes 2 --node-rank 0", 8),
+        ("--tp-size 8 --pp-size 4 --nnodes 2", 16),
     ],
 )
 def test_the_scheduler_count_follows_the_whole_launch_configuration(tmp_path, args, schedulers):
@@ -370,3 +374,11 @@ def test_the_module_probes_without_a_library_that_does_not_exist_yet(tmp_path, m
     kdtree_preflight.run(params)
     assert seen["probe_env"]["KDTREE_LIB"] == str(lib)
     assert seen["library_pending"] == ""
+
+
+def test_the_node_rank_is_read_and_a_rank_beyond_the_nodes_is_refused(tmp_path):
+    unit = make_unit(tmp_path, STOCK.replace("--tp-size 8", "--tp-size 16 --nnodes 2 --node-rank 1"))
+    facts = preflight.launch_facts(unit, [])
+    assert (facts["nnodes"], facts["node_rank"], facts["unparsed"]) == (2, 1, [])
+    unit = make_unit(tmp_path, STOCK.replace("--tp-size 8", "--tp-size 16 --nnodes 2 --node-rank 2"))
+    assert preflight.launch_facts(unit, [])["unparsed"] == ["--node-rank 2"]
