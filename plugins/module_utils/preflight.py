@@ -512,8 +512,8 @@ def launch_facts(unit: Unit, exec_start_override: list[str]) -> dict[str, Any]:
     SGLang 0.5.23 starts tp x pp scheduler processes per data-parallel rank, and dp ranks of them unless
     --enable-dp-attention (then the dp ranks live inside the tp group); with --nnodes N this node runs
     its share (--node-rank decides nothing about the count, only that rank > 0 has no tokenizer).
-    Sizes that do not parse are named in `unparsed` (the preflight refuses them) instead of being taken as 1. The argv itself is
-    not returned: an operator's command line may hold secrets (--api-key).
+    Sizes that do not parse are named in `unparsed` (the preflight refuses them) instead of being
+    taken as 1. The argv itself is not returned: an operator's command line may hold secrets (--api-key).
     """
     argv, _ = exec_start(unit.settings)
     env = unit_environment(unit)
