@@ -177,7 +177,7 @@ def test_role_keeps_no_copy_and_asks_build_sh():
             assert not re.search(rf"""["']{re.escape(cc)}["']\s*:""", text), f"{path} maps {cc}"
     for path in (ROLE / "defaults" / "main.yml", ROLE / "meta" / "argument_specs.yml"):
         assert "arch_map" not in path.read_text(encoding="utf-8"), path
-    tasks = (ROLE / "tasks" / "main.yml").read_text(encoding="utf-8")
+    tasks = (ROLE / "tasks" / "check.yml").read_text(encoding="utf-8")
     assert "build.sh --arch-for-cc" in tasks
 
 
