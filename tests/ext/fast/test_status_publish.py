@@ -371,7 +371,7 @@ def test_a_publisher_that_fails_first_in_its_own_code_says_so_once(status_dir, m
     emit_active()
     capsys.readouterr()
 
-    def no_counters():
+    def no_counters(*_args):
         raise RuntimeError("counters broke")
 
     monkeypatch.setattr(publish.counters, "snapshot", no_counters)
