@@ -4,7 +4,7 @@ The library is plain C ABI (see roles/kdtree_build/files/csrc/kdtree_verify.h, t
 ABI constants mirrored below; tests/kernel/test_abi_constants.py keeps them equal): it needs only the
 CUDA runtime, never torch's C++ ABI, so a torch upgrade does not require a rebuild.
 
-The library says what it serves (``kdtree_verify_capabilities``, ABI 3): the dtypes of q/k/v/out and
+The library says what it serves (``kdtree_verify_capabilities``, since ABI 3): the dtypes of q/k/v/out and
 of the KV cache, and where its data lives. The real library serves bf16 on CUDA; the host test double
 (tests/doubles/hostlib) serves fp32 in host memory and is accepted for a CPU device only because it
 declares both ``KDTREE_DEVICE_HOST`` and ``double=host`` in its build info.
