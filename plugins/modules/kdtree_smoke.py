@@ -210,7 +210,7 @@ options:
         became healthy) as a baseline, POSTs the requests one after the other to O(request_route) on
         the health URL's scheme, host and port, waits until every file was rewritten after the last
         answer and judges the counters (docs/CONTRACTS.md section 3b).
-      - Mode C(on) needs more kernel calls: C(counters.kernel_calls_device) when the status files
+      - Mode C(on) needs more kernel calls, that is C(counters.kernel_calls_device) when the status files
         have it (the library's count on the device, CUDA graph replays included), else
         C(counters.kernel_calls) (Python's); verify calls sent to the original instead fail, naming
         the top reasons; no call at all fails with the device count, and with the Python count is
