@@ -183,6 +183,23 @@ def time_call(fn, calls: int = CALLS_PER_GRAPH, replays: int = 10) -> float:
     return start.elapsed_time(end) * 1e3 / (replays * calls)
 
 
+def counter_cost(vk, kv_dtype) -> dict:
+    """The ABI 4 call counter's cost on the smallest shape (H=8, batch 1, n=4, prefix 1k), where one
+    atomicAdd per launch weighs most: microseconds per call with and without it (count_calls)."""
+    inputs = make_inputs(1, 4, 1024, 8, kv_dtype, seed=4242)
+    out = torch.empty((4, 8, HEAD_DIM_V), dtype=torch.bfloat16, device="cuda")
+    timings = {}
+    try:
+        for counted in (True, False, True):  # with, without, with again (order effects)
+            vk.count_calls = counted
+            us = time_call(lambda: vk.run(**inputs, out=out))
+            timings.setdefault("with_us" if counted else "without_us", []).append(us)
+    finally:
+        vk.count_calls = True
+    with_us, without_us = min(timings["with_us"]), min(timings["without_us"])
+    return {"with_us": with_us, "without_us": without_us, "overhead_pct": (with_us / without_us - 1) * 100}
+
+
 def roofline_us(batch: int, n: int, prefix: int, heads: int, kv_elem: int, gbps: float, tflops: float | None):
     """(bytes, FLOPs, roofline microseconds) of one call."""
     tokens = batch * n
@@ -386,6 +403,12 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         torch.cuda.empty_cache()
+    cost = counter_cost(vk, kv_dtype)
+    print(
+        f"call counter (H=8 batch=1 n=4 prefix=1k): {cost['with_us']:.2f} us with, "
+        f"{cost['without_us']:.2f} us without ({cost['overhead_pct']:+.1f} %)",
+        flush=True,
+    )
     results = goals(rows)
     print("goals:")
     for text, verdict in results:
@@ -399,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
                     "copy_gbps": copy_gbps,
                     "triton": triton_src if triton_fwd else None,
                     "rows": [asdict(r) for r in rows],
+                    "call_counter": cost,
                     "goals": results,
                 },
                 indent=2,

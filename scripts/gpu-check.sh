@@ -6,7 +6,7 @@
 #   1. driver vs toolkit: nvcc 13 links a static cudart that needs driver >= 580 (12.9: 575, 12.8: 570);
 #      an older driver fails every launch, so this is checked first and said plainly (exit 4);
 #   2. the GPU's arch (build.sh --arch-for-cc owns the map), the build and its ptxas report;
-#   3. the GPU tests (tests/kernel/test_*_gpu.py + the CPU halves); any failure makes the exit non-zero;
+#   3. the GPU tests (tests/kernel/test_*_gpu.py, test_call_counter.py + the CPU halves); any failure makes the exit non-zero;
 #   4. the benchmark (CUDA-graph timing): every goal printed PASS/FAIL with its figure (they do not
 #      change the exit status: a correct, slow kernel is a performance finding, not a broken check).
 # Results in ${OUT:-./out}/gpu-check/: env.txt, nvidia-smi.txt, build.log, pytest-kernel.{txt,xml},
@@ -168,6 +168,7 @@ if [[ $run_tests -eq 1 && $build_rc -eq 0 ]]; then
   KDTREE_LIB="$lib" KDTREE_KERNEL_BUILD_DIR="$dest/build" timeout "${KDTREE_TEST_TIMEOUT:-1500}" \
     "$py" -m pytest -v -p no:cacheprovider -rs -c "$root/pyproject.toml" --rootdir "$root" \
     "$root/tests/kernel/test_kernel_gpu.py" "$root/tests/kernel/test_teeth_gpu.py" \
+    "$root/tests/kernel/test_call_counter.py" \
     "$root/tests/kernel/test_checks_cpu.py" --junitxml="$dest/pytest-kernel.xml" \
     > "$dest/pytest-kernel.txt" 2>&1
   tests_rc=$?

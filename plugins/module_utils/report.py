@@ -230,7 +230,9 @@ def read_status_files(
 
 
 def summarize_status(files: list[dict[str, Any]]) -> dict[str, Any]:
-    """Sums over the live status files. A sum is None when no file has the field (an older patch)."""
+    """Sums over the live status files. A sum is None when no file has the field (an older patch).
+    kernel_calls: per file counters.kernel_calls_device when present (docs/CONTRACTS.md 3b), else
+    counters.kernel_calls."""
     kernel_calls: list[int] = []
     originals: Counter[str] = Counter()
     has_originals = False
@@ -242,8 +244,11 @@ def summarize_status(files: list[dict[str, Any]]) -> dict[str, Any]:
     max_diffs: list[float] = []
     for item in files:
         counters = item.get("counters") if isinstance(item.get("counters"), dict) else {}
-        if _int(counters.get("kernel_calls")) is not None:
-            kernel_calls.append(counters["kernel_calls"])
+        # the library's own count (ABI 4: CUDA graph replays included) over Python's when present
+        for key in ("kernel_calls_device", "kernel_calls"):
+            if _int(counters.get(key)) is not None:
+                kernel_calls.append(counters[key])
+                break
         calls = counters.get("original_calls")
         if isinstance(calls, dict):
             has_originals = True

@@ -86,6 +86,9 @@ class Counts:
     compared: int = 0
     mismatches: int = 0
     max_diff: float = 0.0
+    # counters.kernel_calls_device (ABI 4 libraries: runs counted on the device, CUDA graph replays
+    # included); None when the status file has none (an older patch)
+    kernel_calls_device: int | None = None
 
 
 def counts_of(statusdir: Any, doc: dict[str, Any]) -> Counts | None:
@@ -100,11 +103,13 @@ def counts_of(statusdir: Any, doc: dict[str, Any]) -> Counts | None:
         return None
     counters = doc.get("counters") if isinstance(doc.get("counters"), dict) else {}
     validate = total.get("validate") or {}
+    device = counters.get("kernel_calls_device")
     return Counts(
         pid=pid,
         mode=str(doc.get("mode", "")),
         updated=updated,
         kernel_calls=int(total.get("kernel_calls", 0)),
+        kernel_calls_device=int(device) if isinstance(device, int) and not isinstance(device, bool) else None,
         original_calls={str(k): int(v) for k, v in (total.get("original_calls") or {}).items()},
         runtime_fallbacks=int(total.get("runtime_fallbacks", 0)),
         runtime_fallback_reason=str(counters.get("runtime_fallback_reason") or ""),
@@ -261,21 +266,31 @@ def judge_scheduler(before: Counts, after: Counts) -> dict[str, Any]:
     """One scheduler's traffic verdict: {pid, mode, state (ok, failed, skipped), kernel_calls (+n),
     compared (+n), original_calls (+n by slug), note}. Pure.
 
-    mode on: kernel_calls increased -> ok; verify calls sent to the original instead -> failed
+    mode on: kernel calls increased -> ok; verify calls sent to the original instead -> failed
     naming the top reasons; nothing at all -> ok when the kernel served calls before (at CUDA graph
-    capture: replays are not counted in Python), else failed. A runtime fallback fails. validate:
-    the same with validate.compared, and any mismatch fails. Any other mode: skipped."""
+    capture: replays are not counted in Python), else failed. The kernel calls are
+    counters.kernel_calls_device when both documents have it (the library's own count, replays
+    included: then no growth at all fails), else the Python count kernel_calls. A runtime
+    fallback fails. validate: the same with validate.compared, and any mismatch fails. Any other
+    mode: skipped."""
     pid = after.pid
     mode = after.mode
     originals = _delta(after.original_calls, before.original_calls)
     sent_away = {k: v for k, v in originals.items() if k not in NOT_VERIFY_SLUGS}
-    kernel = after.kernel_calls - before.kernel_calls
+    on_device = after.kernel_calls_device is not None and before.kernel_calls_device is not None
+    if on_device:
+        kernel = after.kernel_calls_device - before.kernel_calls_device
+        kernel_total = after.kernel_calls_device
+    else:
+        kernel = after.kernel_calls - before.kernel_calls
+        kernel_total = after.kernel_calls
     compared = after.compared - before.compared
     out: dict[str, Any] = {
         "pid": pid,
         "mode": mode,
         "state": "ok",
         "kernel_calls": kernel,
+        "kernel_calls_source": "device" if on_device else "python",
         "compared": compared,
         "original_calls": originals,
         "note": "",
@@ -298,7 +313,7 @@ def judge_scheduler(before: Counts, after: Counts) -> dict[str, Any]:
             f"validate found {after.mismatches} mismatch(es) between the kernel and the original "
             f"(max_diff {after.max_diff:g})"
         )
-    grew, total, what = (kernel, after.kernel_calls, "kernel calls")
+    grew, total, what = (kernel, kernel_total, "kernel calls")
     if mode == "validate":
         grew, total, what = (compared, after.compared, "compared calls")
     if grew > 0:
@@ -308,6 +323,11 @@ def judge_scheduler(before: Counts, after: Counts) -> dict[str, Any]:
         reasons = ", ".join(f"{slug} {count}" for slug, count in top)
         verb = "reached the kernel" if mode == "on" else "were compared with the kernel"
         return failed(f"0 of {sum(sent_away.values())} verify calls {verb}; sent to the original: {reasons}")
+    if total > 0 and mode == "on" and on_device:
+        return failed(
+            f"no kernel launch counted on the device during the traffic ({total} before; the device "
+            "count includes CUDA graph replays)"
+        )
     if total > 0:
         return {
             **out,

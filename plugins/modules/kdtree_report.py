@@ -158,7 +158,8 @@ row:
       description: Status files ignored (not a live process of the unit, or unreadable).
       type: int
     kernel_calls:
-      description: Sum of counters.kernel_calls.
+      description: Sum of counters.kernel_calls_device (the library's count on the device, CUDA graph
+        replays included) where a status file has it, else of counters.kernel_calls.
       type: int
     fallbacks:
       description: Sum of counters.original_calls (calls that went to the original code).

@@ -210,9 +210,12 @@ options:
         became healthy) as a baseline, POSTs the requests one after the other to O(request_route) on
         the health URL's scheme, host and port, waits until every file was rewritten after the last
         answer and judges the counters (docs/CONTRACTS.md section 3b).
-      - Mode C(on) needs more C(kernel_calls); verify calls sent to the original instead fail, naming
-        the top reasons; no call at all is fine only when the kernel served calls before (calls
-        replayed from a CUDA graph are not counted), else it fails. A runtime fallback fails. Mode
+      - Mode C(on) needs more kernel calls, that is C(counters.kernel_calls_device) when the status files
+        have it (the library's count on the device, CUDA graph replays included), else
+        C(counters.kernel_calls) (Python's); verify calls sent to the original instead fail, naming
+        the top reasons; no call at all fails with the device count, and with the Python count is
+        fine only when the kernel served calls before (calls replayed from a CUDA graph are not
+        counted in Python), else it fails. A runtime fallback fails. Mode
         C(validate) needs more C(validate.compared) and no mismatch. Mode C(off) is not checked.
       - A non-2xx answer or a timeout fails the run with the status and the head of the body.
       - Needs O(status_dir) and the installed C(<patch_dir>/kdtree_verify/statusdir.py), which reads
@@ -436,7 +439,8 @@ traffic:
   description:
     - The traffic check once the run was healthy; C(ok) true and C(line) saying why when none was sent.
     - C(schedulers) holds per scheduler C(pid), C(mode), C(state) (V(ok), V(failed), V(skipped)), the
-      increases C(kernel_calls), C(compared) and C(original_calls) (by reason) and a C(note);
+      increases C(kernel_calls) (from C(kernel_calls_source), V(device) or V(python)), C(compared) and
+      C(original_calls) (by reason) and a C(note);
       C(answers) the status code and seconds of each request.
   type: dict
   returned: always

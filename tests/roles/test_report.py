@@ -420,6 +420,15 @@ def test_summaries_tolerate_every_missing_or_odd_field():
     assert out["runtime_fallbacks"] is None and out["validate_max_diff"] is None
 
 
+def test_kernel_calls_prefer_each_files_device_count():
+    files = [
+        {"pid": 1, "counters": {"kernel_calls": 3, "kernel_calls_device": 40}},
+        {"pid": 2, "counters": {"kernel_calls": 5}},  # an older patch: Python's count
+        {"pid": 3, "counters": {"kernel_calls": 1, "kernel_calls_device": True}},  # not a count
+    ]
+    assert report.summarize_status(files)["kernel_calls"] == 40 + 5 + 1
+
+
 # ---------------------------------------------------------------------------------------------
 # the table and the rows (controller side)
 

@@ -44,6 +44,7 @@ def counts(
     compared=0,
     mismatches=0,
     max_diff=0.0,
+    device=None,
 ):
     return tr.Counts(
         pid=pid,
@@ -56,6 +57,7 @@ def counts(
         compared=compared,
         mismatches=mismatches,
         max_diff=max_diff,
+        kernel_calls_device=device,
     )
 
 
@@ -175,6 +177,39 @@ def test_counts_come_from_a_status_document_through_statusdir(tr, statusdir):
     got = tr.counts_of(statusdir, doc)
     assert got == tr.Counts(77, "validate", 12.5, 0, {"dtype": 1, "validate": 4}, 1, "boom", 9, 2, 0.5)
     assert tr.counts_of(statusdir, {"pid": 77}) is None  # never written by the publisher
+
+
+def test_mode_on_prefers_the_device_count_when_both_documents_have_it(tr):
+    # CUDA graphs: Python saw the capture only, the library counted every replay
+    got = tr.judge_scheduler(counts(tr, kernel=3, device=10), counts(tr, kernel=3, device=50))
+    assert got["state"] == "ok" and got["kernel_calls"] == 40 and got["kernel_calls_source"] == "device"
+    assert got["note"] == ""
+    # only one of the two documents has it (the patch was upgraded in between): the Python count
+    got = tr.judge_scheduler(counts(tr, kernel=3), counts(tr, kernel=8, device=50))
+    assert got["kernel_calls"] == 5 and got["kernel_calls_source"] == "python"
+    ok, line, _ = tr.judge_traffic(
+        4, {1: counts(tr, pid=1, kernel=3, device=10)}, {1: counts(tr, pid=1, kernel=3, device=50)}
+    )
+    assert ok and line == "traffic: 4 requests, kernel calls +40 in 1/1 schedulers"
+
+
+def test_mode_on_no_new_device_count_fails_as_replays_are_counted_there(tr):
+    got = tr.judge_scheduler(counts(tr, kernel=12, device=12), counts(tr, kernel=12, device=12))
+    assert got["state"] == "failed"
+    assert "no kernel launch counted on the device during the traffic (12 before" in got["note"]
+
+
+def test_the_device_count_comes_from_the_status_documents_counters(tr, statusdir):
+    doc = {
+        "pid": 78,
+        "mode": "on",
+        "updated": 3.0,
+        "counters": {"kernel_calls": 2, "kernel_calls_device": 40, "original_calls": {}},
+    }
+    got = tr.counts_of(statusdir, doc)
+    assert got.kernel_calls == 2 and got.kernel_calls_device == 40
+    del doc["counters"]["kernel_calls_device"]
+    assert tr.counts_of(statusdir, doc).kernel_calls_device is None
 
 
 def test_a_missing_statusdir_module_is_named(tr, tmp_path):

@@ -106,6 +106,8 @@ KDTREE_EXPORT int kdtree_verify_run(const kdtree_verify_args* a, void* /*stream*
   }
   float* scores = static_cast<float*>(malloc(sizeof(float) * static_cast<size_t>(longest + DV)));
   if (scores == nullptr) return KDTREE_ERR_WORKSPACE;
+  // ABI 4: the CUDA library's one count per launch; here a host uint64 (a CPU tensor), plain ++.
+  if (a->call_counter != nullptr) ++*a->call_counter;
   float* acc = scores + longest;
 
   for (int r = 0; r < a->batch_size; ++r) {

@@ -371,7 +371,7 @@ def test_a_publisher_that_fails_first_in_its_own_code_says_so_once(status_dir, m
     emit_active()
     capsys.readouterr()
 
-    def no_counters():
+    def no_counters(*_args):
         raise RuntimeError("counters broke")
 
     monkeypatch.setattr(publish.counters, "snapshot", no_counters)
@@ -485,10 +485,11 @@ def test_the_mirror_brings_prometheus_client_counters_up_and_sets_gauges():
     mirror.update(first)
     mirror.update(first)  # no increase, no change
     later = doc(state="fallback", validate={"compared": 5, "mismatches": 1, "max_diff": 0.02})
-    later["counters"] = {**later["counters"], "kernel_calls": 10}
+    later["counters"] = {**later["counters"], "kernel_calls": 10, "kernel_calls_device": 90}
     mirror.update(later)
     v = client.values
     assert v[("kdtree_verify_calls", ("4242", "kernel", ""))] == 10
+    assert v[("kdtree_verify_kernel_launches", ("4242",))] == 90
     assert v[("kdtree_verify_calls", ("4242", "original", "not_verify"))] == 3
     assert v[("kdtree_verify_runtime_fallbacks", ("4242",))] == 0  # present from the start
     assert v[("kdtree_verify_validate_compared", ("4242",))] == 5
@@ -537,6 +538,19 @@ def test_read_dir_merges_the_status_files_and_skips_the_rest(tmp_path):
     assert merged["kernel_calls"] == 14 and merged["original_calls"] == {"dtype": 2, "not_verify": 6}
     assert merged["validate"] == {"compared": 2, "mismatches": 1, "max_diff": 0.5}
     assert merged["processes"] == 2 and merged["states"] == {"active": 2}
+
+
+def test_the_summary_sums_the_device_counts_of_the_processes_that_have_them():
+    new = {"pid": 1, "counters": {"kernel_calls": 1, "kernel_calls_device": 30}}
+    old = {"pid": 2, "counters": {"kernel_calls": 4}}  # an older patch: no device count
+    assert statusdir.summary([old])["kernel_calls"] == 4 and "kernel_calls_device" not in statusdir.summary(
+        [old]
+    )
+    merged = statusdir.summary([new, old, {**new, "pid": 3}])
+    assert merged["kernel_calls"] == 6 and merged["kernel_calls_device"] == 60
+    text = metrics.render([new, old])
+    assert 'kdtree_verify_kernel_launches_total{pid="1"} 30' in text.splitlines()
+    assert 'kdtree_verify_kernel_launches_total{pid="2"}' not in text
 
 
 def test_status_runs_by_path_without_the_package(tmp_path):

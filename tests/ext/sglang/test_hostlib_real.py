@@ -11,6 +11,7 @@ import pytest
 import torch
 from extlib import ROOT
 from kdtree_verify import lifecycle
+from kdtree_verify.state import STATE
 from verify_cases import QK, VD, make_case
 
 tb = pytest.importorskip("sglang.srt.layers.attention.triton_backend")
@@ -81,6 +82,7 @@ def test_on_mode_serves_an_fp32_cpu_verify_through_the_kernel_path_equal_to_trit
     st = lifecycle.status()
     assert st["counts"] == {"kernel": 1}, st
     assert st["state"] == "active"
+    assert STATE.kernel.device_calls() == 1  # the library's own count (ABI 4), no graph: the same
     assert got.dtype == torch.float32 and got.shape == expected.shape
     assert torch.equal(got_pool, expected_pool)  # the KV write of the original
     assert expected.abs().max().item() > 0.1
@@ -94,6 +96,7 @@ def test_validate_mode_with_the_double_records_no_mismatch(case, host_double, mo
     assert torch.equal(got, expected)
     st = lifecycle.status()
     assert st["counts"] == {"validate": 1}, st
+    assert STATE.kernel.device_calls() == 1  # validate runs the kernel too, and it counts
     stats = st["validate"]
     assert stats["calls"] == 1 and stats["mismatches"] == 0 and 0 <= stats["max_abs"] < TOL
 

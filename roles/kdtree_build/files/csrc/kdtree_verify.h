@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define KDTREE_VERIFY_ABI_VERSION 3
+#define KDTREE_VERIFY_ABI_VERSION 4
 
 #define KDTREE_HEAD_DIM 576 /* 512 latent + 64 rope */
 #define KDTREE_V_DIM 512
@@ -87,6 +87,12 @@ typedef struct kdtree_verify_args {
   int32_t block_m;         /* 0: the library chooses (kdtree_verify_block_m); 64 or 32 to force one
                               layout (32 only when num_heads * max_extend_len <= 32) */
   int32_t io_dtype;        /* enum kdtree_dtype of q, k_extend, v_extend and out (ABI 3) */
+  uint64_t* call_counter;  /* ABI 4: NULL = not counted; else one uint64 in the data pointers' memory
+                              (CUDA: device memory) that every run which launches work bumps by one
+                              (one atomicAdd by one thread, enqueued on `stream`: a run captured in a
+                              CUDA graph bumps it on every replay). A run that returns early (an error,
+                              or KDTREE_OK with nothing to do: batch_size, num_tokens or
+                              max_extend_len 0) does not count. */
 } kdtree_verify_args;
 
 int kdtree_verify_abi_version(void);

@@ -65,13 +65,17 @@ def reason_slug(reason: str) -> str:
     return OTHER
 
 
-def from_counts(counts: dict[str, int], runtime_fallback_reason: str = "") -> dict[str, Any]:
+def from_counts(
+    counts: dict[str, int], runtime_fallback_reason: str = "", kernel_calls_device: int | None = None
+) -> dict[str, Any]:
     """The ``counters`` document of the status file from a copy of `STATE.counts`.
 
     ``kernel_calls``: calls whose output the kernel wrote (mode on). ``original_calls``: calls whose
     output the original method wrote, by slug; in validate mode ``validate`` counts the calls that
     were also run on the kernel and compared. Together they are every forward_extend call that went
     through Python; a call replayed from a CUDA graph does not (see docs/CONTRACTS.md section 3b).
+    ``kernel_calls_device`` (present when given): the library's runs counted on the device (ABI 4
+    call counter), CUDA graph replays included, in mode on and validate alike.
     """
     original: dict[str, int] = {}
     kernel_calls = 0
@@ -89,14 +93,25 @@ def from_counts(counts: dict[str, int], runtime_fallback_reason: str = "") -> di
             else:
                 slug = OTHER
             original[slug] = original.get(slug, 0) + value
-    return {
-        "kernel_calls": kernel_calls,
-        "original_calls": dict(sorted(original.items())),
-        "runtime_fallbacks": runtime_fallbacks,
-        "runtime_fallback_reason": runtime_fallback_reason,
-    }
+    doc: dict[str, Any] = {"kernel_calls": kernel_calls}
+    if kernel_calls_device is not None:
+        doc["kernel_calls_device"] = int(kernel_calls_device)
+    doc.update(
+        original_calls=dict(sorted(original.items())),
+        runtime_fallbacks=runtime_fallbacks,
+        runtime_fallback_reason=runtime_fallback_reason,
+    )
+    return doc
 
 
-def snapshot() -> dict[str, Any]:
-    """This process's counters now (no lock: see `PatchState.count`)."""
-    return from_counts(dict(STATE.counts), STATE.kernel_error)
+def snapshot(kernel_calls_device: int | None = None) -> dict[str, Any]:
+    """This process's counters now (no lock: see `PatchState.count`); `kernel_calls_device` is the
+    caller's read of the device counter (`VerifyKernel.device_calls`, the status publisher's)."""
+    return from_counts(dict(STATE.counts), STATE.kernel_error, kernel_calls_device)
+
+
+def read_device_calls(kernel: Any) -> int:
+    """`kernel.device_calls()` (the loaded VerifyKernel), 0 when no library is loaded yet (no run
+    counted) or the binding has no device counter. May raise (the caller keeps its last value)."""
+    read = getattr(kernel, "device_calls", None)
+    return int(read()) if read is not None else 0

@@ -4,7 +4,7 @@ The library is plain C ABI (see roles/kdtree_build/files/csrc/kdtree_verify.h, t
 ABI constants mirrored below; tests/kernel/test_abi_constants.py keeps them equal): it needs only the
 CUDA runtime, never torch's C++ ABI, so a torch upgrade does not require a rebuild.
 
-The library says what it serves (``kdtree_verify_capabilities``, ABI 3): the dtypes of q/k/v/out and
+The library says what it serves (``kdtree_verify_capabilities``, since ABI 3): the dtypes of q/k/v/out and
 of the KV cache, and where its data lives. The real library serves bf16 on CUDA; the host test double
 (tests/doubles/hostlib) serves fp32 in host memory and is accepted for a CPU device only because it
 declares both ``KDTREE_DEVICE_HOST`` and ``double=host`` in its build info.
@@ -13,6 +13,10 @@ declares both ``KDTREE_DEVICE_HOST`` and ``double=host`` in its build info.
 - ``load(path)`` imports torch and returns a ``VerifyKernel`` whose ``run`` launches on torch's
   current stream, never synchronises with the host and never allocates while a CUDA graph is
   being captured (the workspace is sized from maxima and only grown outside capture).
+- Every run that launches work bumps a per-device uint64 call counter (ABI 4, ``call_counter``):
+  a one-element tensor per device, allocated with the workspace (outside capture), whose pointer a
+  captured graph bakes in, so replays count too. ``VerifyKernel.device_calls()`` reads it without
+  synchronising the forward stream (docs/CONTRACTS.md section 3b, ``kernel_calls_device``).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from kdtree_verify.shapes import HEAD_DIM_QK, HEAD_DIM_V
 
 log = logging.getLogger(__name__)
 
-ABI_VERSION = 3  # KDTREE_VERIFY_ABI_VERSION
+ABI_VERSION = 4  # KDTREE_VERIFY_ABI_VERSION
 
 # Error codes of kdtree_verify_run (mirror of kdtree_verify.h).
 _ERR_NAMES = {
@@ -57,7 +61,7 @@ class KernelUnavailable(Exception):
 
 
 class _Args(ctypes.Structure):
-    """Mirror of ``kdtree_verify_args`` in roles/kdtree_build/files/csrc/kdtree_verify.h (ABI_VERSION 3)."""
+    """Mirror of ``kdtree_verify_args`` in roles/kdtree_build/files/csrc/kdtree_verify.h (ABI_VERSION 4)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_int32),
@@ -96,6 +100,7 @@ class _Args(ctypes.Structure):
         ("v_scale", ctypes.c_float),
         ("block_m", ctypes.c_int32),
         ("io_dtype", ctypes.c_int32),
+        ("call_counter", ctypes.c_void_p),  # uint64_t*, ABI 4 (NULL: not counted)
     ]
 
 
@@ -270,6 +275,12 @@ class VerifyKernel:
         self._prepared: dict[int, str | None] = {}
         self._workspace: dict[int, Any] = {}
         self._num_sms: dict[int, int] = {}
+        # ABI 4 call counters: device index (-1: the host double's CPU tensor) -> int64[1] (a uint64 to
+        # the library; 2^63 launches are out of reach). Allocated outside capture, never freed.
+        self._call_counter: dict[int, Any] = {}
+        self.count_calls = True  # False passes NULL (the library does not count; bench comparison)
+        self._copy_stream: dict[int, Any] = {}  # device_calls(): side stream and pinned buffer per device
+        self._copy_host: dict[int, Any] = {}
 
     # -- support checks -------------------------------------------------------------------
     def unsupported_reason(self, device: Any) -> str | None:
@@ -309,6 +320,7 @@ class VerifyKernel:
                 num_sms = int(torch.cuda.get_device_properties(index).multi_processor_count)
                 nbytes = int(self.lib.kdtree_verify_max_workspace_bytes(num_sms))
                 self._workspace[index] = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{index}")
+                self._call_counter[index] = torch.zeros(1, dtype=torch.int64, device=f"cuda:{index}")
                 self._num_sms[index] = num_sms
                 self._prepared[index] = None
                 log.debug(
@@ -372,6 +384,9 @@ class VerifyKernel:
             raise KernelUnavailable(f"tensors are on {dev}, not on a CUDA device")
         if host:
             index, num_sms, ws_ptr, ws_numel = -1, 1, None, 0
+            with self._lock:  # no capture on the CPU: allocating at the first call is safe
+                if -1 not in self._call_counter:
+                    self._call_counter[-1] = torch.zeros(1, dtype=torch.int64)
         else:
             index = dev.index if dev.index is not None else torch.cuda.current_device()
             reason = self._prepare(index)
@@ -430,6 +445,7 @@ class VerifyKernel:
             v_scale=float(v_scale),
             block_m=int(block_m),
             io_dtype=io_dtype,
+            call_counter=self._call_counter[index].data_ptr() if self.count_calls else None,
         )
         if host:  # the host test double computes on this thread; it ignores the stream
             code = int(self.lib.kdtree_verify_run(ctypes.byref(args), None))
@@ -439,6 +455,32 @@ class VerifyKernel:
                 code = int(self.lib.kdtree_verify_run(ctypes.byref(args), ctypes.c_void_p(stream)))
         if code != 0:
             raise RuntimeError(f"kdtree_verify_run failed: {_ERR_NAMES.get(code, code)} (code {code})")
+
+    # -- the device call counter (ABI 4) --------------------------------------------------------
+    def device_calls(self) -> int:
+        """Library runs counted on the device so far, all devices of this process together (CUDA graph
+        replays included; runs with nothing to do are not counted). For the status publisher: on CUDA
+        a non-blocking copy on a side stream into pinned memory and a wait for that copy only (the
+        forward stream is never synchronised, so the value may lag by the launches still queued
+        before it), as ValidateStats.snapshot. The caller skips it while a graph is being captured.
+        Call it from one thread."""
+        torch = self._torch
+        total = 0
+        for index, counter in list(self._call_counter.items()):
+            if index < 0:
+                total += int(counter[0])
+                continue
+            if index not in self._copy_stream:
+                self._copy_stream[index] = torch.cuda.Stream(device=index)
+                self._copy_host[index] = torch.empty(1, dtype=torch.int64, pin_memory=True)
+            stream, host = self._copy_stream[index], self._copy_host[index]
+            with torch.cuda.device(index), torch.cuda.stream(stream):
+                host.copy_(counter, non_blocking=True)
+                done = torch.cuda.Event()
+                done.record(stream)
+            done.synchronize()
+            total += int(host[0])
+        return total
 
 
 def dtype_code(name: str) -> int:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 CALLS = "kdtree_verify_calls_total"
+KERNEL_LAUNCHES = "kdtree_verify_kernel_launches_total"
 RUNTIME_FALLBACKS = "kdtree_verify_runtime_fallbacks_total"
 VALIDATE_COMPARED = "kdtree_verify_validate_compared_total"
 VALIDATE_MISMATCHES = "kdtree_verify_validate_mismatches_total"
@@ -25,6 +26,10 @@ FAMILIES: dict[str, tuple[str, str]] = {
         "counter",
         "forward_extend calls by the path whose output was returned: the kdtree kernel, or the "
         "original method and why (calls replayed from a CUDA graph are not counted).",
+    ),
+    KERNEL_LAUNCHES: (
+        "counter",
+        "Library runs counted on the device (CUDA graph replays included; mode on and validate).",
     ),
     RUNTIME_FALLBACKS: ("counter", "Times the kernel library failed at run time (load, GPU check or call)."),
     VALIDATE_COMPARED: ("counter", "Validate mode: calls whose kernel output was compared with Triton's."),
@@ -63,6 +68,8 @@ def samples(doc: dict[str, Any]) -> list[tuple[str, dict[str, str], float | int]
     out.append((CALLS, {"pid": pid, "path": "kernel"}, int(counters.get("kernel_calls", 0))))
     for reason, value in sorted((counters.get("original_calls") or {}).items()):
         out.append((CALLS, {"pid": pid, "path": "original", "reason": str(reason)}, int(value)))
+    if "kernel_calls_device" in counters:
+        out.append((KERNEL_LAUNCHES, {"pid": pid}, int(counters["kernel_calls_device"])))
     out.append((RUNTIME_FALLBACKS, {"pid": pid}, int(counters.get("runtime_fallbacks", 0))))
     validate = doc.get("validate")
     if isinstance(validate, dict):

@@ -60,6 +60,9 @@ class Mirror:
         self.calls = counter(
             _base(metrics.CALLS), help_of[metrics.CALLS], ["pid", "path", "reason"], registry=None
         )
+        self.launches = counter(
+            _base(metrics.KERNEL_LAUNCHES), help_of[metrics.KERNEL_LAUNCHES], ["pid"], registry=None
+        )
         self.fallbacks = counter(
             _base(metrics.RUNTIME_FALLBACKS), help_of[metrics.RUNTIME_FALLBACKS], ["pid"], registry=None
         )
@@ -102,6 +105,8 @@ class Mirror:
             if name == metrics.CALLS:
                 row = (pid, labels["path"], labels.get("reason", ""))
                 self._bring_up(self.calls, row, float(value))
+            elif name == metrics.KERNEL_LAUNCHES:
+                self._bring_up(self.launches, (pid,), float(value))
             elif name == metrics.RUNTIME_FALLBACKS:
                 self._bring_up(self.fallbacks, (pid,), float(value))
             elif name == metrics.VALIDATE_COMPARED:

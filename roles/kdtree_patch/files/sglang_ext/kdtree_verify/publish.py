@@ -61,6 +61,7 @@ class Publisher:
         self._thread: threading.Thread | None = None
         self._said = False
         self._validate: dict[str, Any] | None = None  # the last device snapshot
+        self._device_calls = 0  # the last read of the library's device call counter
         self._mirror: promclient.Mirror | None = None
         self._mirror_failed = False
 
@@ -76,11 +77,21 @@ class Publisher:
                 logger.debug("kdtree-verify: cannot read the validate statistics: %s", exc)
         return dict(self._validate or {"compared": 0, "mismatches": 0, "max_diff": 0.0})
 
+    def _kernel_calls_device(self) -> int:
+        """The library's device call counter (ABI 4), read on a side stream; the last value while a
+        CUDA graph is being captured or when the read fails."""
+        if not _capturing_cuda_graph():
+            try:
+                self._device_calls = counters.read_device_calls(STATE.kernel)
+            except Exception as exc:
+                logger.debug("kdtree-verify: cannot read the device call counter: %s", exc)
+        return self._device_calls
+
     def extra(self) -> dict[str, Any]:
         """The publisher's fields of the status document (the marker's fields come from marker.py)."""
         extra: dict[str, Any] = {
             "schema": SCHEMA,
-            "counters": counters.snapshot(),
+            "counters": counters.snapshot(self._kernel_calls_device()),
             "build_id": build_id(STATE.lib),
             "since": self.since,
             "updated": time.time(),

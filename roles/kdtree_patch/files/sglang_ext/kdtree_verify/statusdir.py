@@ -40,12 +40,15 @@ def read_dir(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 def summary(docs: list[dict[str, Any]]) -> dict[str, Any]:
     """One document for many processes: totals over them, and the processes themselves."""
     kernel = runtime = compared = mismatches = 0
+    device: int | None = None  # kernel_calls_device over the processes that report it
     max_diff = 0.0
     original: dict[str, int] = {}
     states: dict[str, int] = {}
     for doc in docs:
         counters = doc.get("counters") or {}
         kernel += int(counters.get("kernel_calls", 0))
+        if "kernel_calls_device" in counters:
+            device = (device or 0) + int(counters["kernel_calls_device"])
         runtime += int(counters.get("runtime_fallbacks", 0))
         for reason, value in (counters.get("original_calls") or {}).items():
             original[reason] = original.get(reason, 0) + int(value)
@@ -56,7 +59,7 @@ def summary(docs: list[dict[str, Any]]) -> dict[str, Any]:
             max_diff = max(max_diff, float(validate.get("max_diff", 0.0)))
         state = str(doc.get("state", ""))
         states[state] = states.get(state, 0) + 1
-    return {
+    doc: dict[str, Any] = {
         "schema": SCHEMA,
         "processes": len(docs),
         "states": states,
@@ -67,6 +70,9 @@ def summary(docs: list[dict[str, Any]]) -> dict[str, Any]:
         "pids": [doc.get("pid") for doc in docs],
         "docs": docs,
     }
+    if device is not None:
+        doc["kernel_calls_device"] = device
+    return doc
 
 
 def load_metrics() -> ModuleType:
