@@ -17,7 +17,7 @@
 #define KDTREE_STR(x) KDTREE_STR2(x)
 
 #ifndef KDTREE_HOST_FAULT
-#define KDTREE_HOST_FAULT 0 /* tests only: 1 drops the last prefix key of every request */
+#define KDTREE_HOST_FAULT 0 /* tests only: 1 drops the last prefix key of every request, 2 fails every launch */
 #endif
 
 namespace {
@@ -89,6 +89,9 @@ KDTREE_EXPORT int kdtree_verify_run(const kdtree_verify_args* a, void* /*stream*
     return KDTREE_ERR_ARG;
   if (a->mask_mode == KDTREE_MASK_TREE && (!a->mask_indptr || !a->custom_mask)) return KDTREE_ERR_ARG;
   if (kdtree_verify_block_m(a->num_heads, a->max_extend_len, a->block_m) < 0) return KDTREE_ERR_ARG;
+#if KDTREE_HOST_FAULT == 2
+  return KDTREE_ERR_LAUNCH;  // as a CUDA launch that fails on a real call: the patch falls back at run time
+#endif
 
   const float* q = static_cast<const float*>(a->q);
   const float* ke = static_cast<const float*>(a->k_extend);
