@@ -19,9 +19,8 @@ build-kernel:
 	    | tee $(KERNEL_BUILD)/$(ARCH)/build.log; \
 	  echo "build-kernel: $(ARCH) in $$(( $$(date +%s) - start )) s"
 
-# The host-memory TEST DOUBLE of the library (tests/doubles/hostlib: same C ABI, fp32 on the CPU; g++ only)
-# -> build/hostlib/libkdtree_verify.so, for CPU engines under test (KDTREE_LIB=<that path>), never deployed.
 HOSTLIB_BUILD := $(ROOT)/build/hostlib
+# The host-memory TEST DOUBLE of the library (tests/doubles/hostlib: same C ABI, fp32 on the CPU; g++ only) -> build/hostlib/libkdtree_verify.so, for CPU engines under test (the real-engine test host's deploy builds it through the build role); never for a GPU host.
 hostlib:
 	bash $(ROOT)/tests/doubles/hostlib/build.sh --out $(HOSTLIB_BUILD)
 
