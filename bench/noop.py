@@ -13,8 +13,7 @@ from pathlib import Path
 
 # the local test fleet's helpers (run a playbook, read its recap) live with the fleet's scripts
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "testhosts"))
-from playrun import run_playbook
-from summary import parse_recap
+from playrun import parse_recap, run_playbook
 
 log = logging.getLogger("bench-noop")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+RECAP_RE = re.compile(
+    r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+.*rescued=(\d+)"
+)
+
+
+def parse_recap(text: str) -> dict[str, dict[str, int]]:
+    """The PLAY RECAP of a run's output: host -> ok, changed, unreachable, failed, rescued (the last
+    recap line of a host wins when a playbook has several plays)."""
+    recap: dict[str, dict[str, int]] = {}
+    for line in text.splitlines():
+        match = RECAP_RE.match(line.strip())
+        if match:
+            host, *counts = match.groups()
+            recap[host] = dict(
+                zip(("ok", "changed", "unreachable", "failed", "rescued"), map(int, counts), strict=True)
+            )
+    return recap
 
 
 @dataclass
