@@ -191,24 +191,38 @@ def apply_journal(snap: Snapshot, state: JournalState) -> Snapshot:
     return snap
 
 
-def load_marker(patch_dir: str) -> Any:
-    """<patch_dir>/kdtree_verify/marker.py, loaded by path as a standalone module."""
-    path = os.path.join(patch_dir, MARKER_FILE)
+def load_patch_module(
+    patch_dir: str, relpath: str, name: str, wanted: tuple[str, ...], error: type[Exception], what: str
+) -> Any:
+    """<patch_dir>/<relpath> (a stdlib-only file of the installed patch), loaded by path as a standalone
+    module named `name`; `error` names what is missing, cannot load or lacks a callable of `wanted`."""
+    path = os.path.join(patch_dir, relpath)
     if not os.path.isfile(path):
-        raise MarkerError(f"{path} does not exist: is the kdtree patch installed in {patch_dir}?")
+        raise error(f"{path} does not exist: is the kdtree patch installed in {patch_dir}?")
     try:
-        spec = importlib.util.spec_from_file_location("kdtree_smoke_host_marker", path)
+        spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
             raise ImportError("no loader for this path")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     except Exception as exc:
-        raise MarkerError(f"cannot load {path}: {type(exc).__name__}: {exc}") from exc
-    wanted = ("match_marker", "match_runtime_fallback")
-    missing = [name for name in wanted if not callable(getattr(module, name, None))]
+        raise error(f"cannot load {path}: {type(exc).__name__}: {exc}") from exc
+    missing = [item for item in wanted if not callable(getattr(module, item, None))]
     if missing:
-        raise MarkerError(f"{path} has no {' or '.join(missing)}(): not the marker module this check reads")
+        raise error(f"{path} has no {' or '.join(missing)}(): not {what}")
     return module
+
+
+def load_marker(patch_dir: str) -> Any:
+    """<patch_dir>/kdtree_verify/marker.py, loaded by path as a standalone module."""
+    return load_patch_module(
+        patch_dir,
+        MARKER_FILE,
+        "kdtree_smoke_host_marker",
+        ("match_marker", "match_runtime_fallback"),
+        MarkerError,
+        "the marker module this check reads",
+    )
 
 
 def parse_journal(lines: list[str], marker: Any) -> tuple[list[Marker], list[RuntimeFallback]]:

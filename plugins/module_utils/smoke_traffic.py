@@ -19,7 +19,6 @@ Stdlib only. The API key is only ever put in the request header: never in a mess
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import time
@@ -29,6 +28,8 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from ansible_collections.kdtree.fleet.plugins.module_utils import smoke_host
 
 STATUSDIR_FILE = os.path.join("kdtree_verify", "statusdir.py")
 BODY_HEAD = 200
@@ -49,23 +50,14 @@ class StatusDirError(Exception):
 
 def load_statusdir(patch_dir: str) -> Any:
     """<patch_dir>/kdtree_verify/statusdir.py, loaded by path as a standalone module."""
-    path = os.path.join(patch_dir, STATUSDIR_FILE)
-    if not os.path.isfile(path):
-        raise StatusDirError(f"{path} does not exist: is the kdtree patch installed in {patch_dir}?")
-    try:
-        spec = importlib.util.spec_from_file_location("kdtree_smoke_host_statusdir", path)
-        if spec is None or spec.loader is None:
-            raise ImportError("no loader for this path")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        raise StatusDirError(f"cannot load {path}: {type(exc).__name__}: {exc}") from exc
-    missing = [name for name in ("read_dir", "summary") if not callable(getattr(module, name, None))]
-    if missing:
-        raise StatusDirError(
-            f"{path} has no {' or '.join(missing)}(): not the status reader this check needs"
-        )
-    return module
+    return smoke_host.load_patch_module(
+        patch_dir,
+        STATUSDIR_FILE,
+        "kdtree_smoke_host_statusdir",
+        ("read_dir", "summary"),
+        StatusDirError,
+        "the status reader this check needs",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
