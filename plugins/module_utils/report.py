@@ -284,9 +284,11 @@ def summarize_status(files: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def scheduler_details(reader: HostReader, files: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per scheduler status file, what a promotion judges (module_utils/promote.py): its process's
-    start (epoch s, None when unreadable), the file's `since` and `updated`, its mode and state, its
-    validate statistics and runtime fallbacks (None where the file has no such field), by pid."""
+    """Per scheduler status file, by pid: what a promotion judges (module_utils/promote.py: its
+    process's start (epoch s, None when unreadable), the file's `since` and `updated`, its mode and
+    state, its validate statistics and runtime fallbacks) and what the table's scheduler lines show
+    (its kernel calls and calls sent to the original, with the top reason). A field is None where
+    the file has no such field."""
     out = []
     for item in sorted(files, key=lambda f: f["pid"]):
         counters = item.get("counters") if isinstance(item.get("counters"), dict) else {}
@@ -294,8 +296,12 @@ def scheduler_details(reader: HostReader, files: list[dict[str, Any]]) -> list[d
         runtime = _int(counters.get("runtime_fallbacks"))
         if runtime is None and "runtime_fallback" in item:
             runtime = 1 if item.get("runtime_fallback") else 0
+        own = summarize_status([item])
         out.append(
             {
+                "kernel_calls": own["kernel_calls"],
+                "fallbacks": own["fallbacks"],
+                "fallback_top_reason": own["fallback_top_reason"],
                 "pid": item["pid"],
                 "title": str(item.get("title") or ""),
                 "mode": str(item.get("mode") or ""),
@@ -600,9 +606,38 @@ COLUMNS = (
 )
 
 
+def _scheduler_cells(item: dict[str, Any]) -> dict[str, str]:
+    """A scheduler's line under its host: its title and pid, its mode and marker state, and its own
+    kernel calls, calls sent to the original (top reason), runtime fallbacks and validate counts."""
+    title = str(item.get("title") or "scheduler").removeprefix("sglang::")
+    fallbacks = _count(item.get("fallbacks"))
+    if item.get("fallback_top_reason"):
+        fallbacks += f" ({item['fallback_top_reason']})"
+    validate = ""
+    if item.get("compared") is not None or item.get("mismatches") is not None:
+        validate = f"{_count(item.get('mismatches'))}/{_count(item.get('compared'))}"
+    blank = {key: "" for key, _ in COLUMNS}
+    return {
+        **blank,
+        "host": f"  {title} pid {item.get('pid', '?')}",
+        "mode": str(item.get("mode") or NONE),
+        "patched": str(item.get("state") or NONE),
+        "kernel": _count(item.get("kernel_calls")),
+        "fallbacks": fallbacks,
+        "rt_fb": _count(item.get("runtime_fallbacks")),
+        "validate": validate,
+    }
+
+
 def format_table(table_rows: list[dict[str, Any]]) -> str:
-    """A header line and one fixed-width line per row (columns as wide as their widest cell)."""
-    cells = [_cells(row) for row in table_rows]
+    """A header line and one fixed-width line per row (columns as wide as their widest cell); under a
+    host whose row lists its live schedulers (`schedulers`), one indented line per scheduler with
+    its own counts (KERNEL: that scheduler's kernel calls)."""
+    cells = []
+    for row in table_rows:
+        cells.append(_cells(row))
+        if "unit" in row:
+            cells.extend(_scheduler_cells(s) for s in row.get("schedulers") or [] if isinstance(s, dict))
     keys = [key for key, _ in COLUMNS]
     widths = {key: max([len(head)] + [len(c.get(key, NONE)) for c in cells]) for key, head in COLUMNS}
 

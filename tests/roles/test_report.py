@@ -518,6 +518,53 @@ def test_the_table_has_a_column_per_field_and_one_aligned_line_per_host():
     assert second.endswith("7/8 schedulers active")
 
 
+def test_under_each_host_every_scheduler_has_a_line_with_its_own_kernel_calls():
+    files = [
+        {
+            "pid": 4242,
+            "title": "sglang::scheduler_TP0",
+            "mode": "on",
+            "state": "active",
+            "counters": {"kernel_calls": 2, "kernel_calls_device": 21, "original_calls": {"shape": 3}},
+        },
+        {
+            "pid": 4243,
+            "title": "sglang::scheduler_TP1",
+            "mode": "on",
+            "state": "active",
+            "counters": {
+                "kernel_calls": 0,
+                "original_calls": {"dtype": 9, "shape": 1},
+                "runtime_fallbacks": 1,
+            },
+        },
+    ]
+
+    class Reader:
+        def process_start(self, pid):
+            return 1.0
+
+    schedulers = report.scheduler_details(Reader(), files)
+    assert [(s["pid"], s["kernel_calls"], s["fallbacks"], s["fallback_top_reason"]) for s in schedulers] == [
+        (4242, 21, 3, "shape"),
+        (4243, 0, 10, "dtype"),
+    ]
+    rows = [
+        _row("gpu-1", mode="on", kernel_calls=21, schedulers=schedulers),
+        _row("gpu-2", schedulers=[]),
+    ]
+    lines = report.format_table(rows).splitlines()
+    assert len(lines) == 1 + 3 + 1, lines
+    header, host, tp0, tp1, other = lines
+    assert host.startswith("gpu-1 ") and other.startswith("gpu-2 ")
+    kernel_at = header.index("KERNEL")
+    for line, pid, calls, fallbacks in ((tp0, 4242, "21", "3 (shape)"), (tp1, 4243, "0", "10 (dtype)")):
+        assert line.startswith(f"  scheduler_TP{pid - 4242} pid {pid}"), line
+        assert line[kernel_at:].split("  ")[0] == calls, line
+        assert f"  {fallbacks}  " in line and "  active  " in line and "  on  " in line
+    assert tp1.split()[-1] == "1"  # its runtime fallback; no notes or validate cells on a scheduler line
+
+
 def test_rows_keep_the_hosts_order_and_give_every_host_a_row():
     results = [
         {"changed": False, "row": _row("ignored")},
