@@ -23,21 +23,33 @@ collection: venv
 test-roles-fast: venv
 	$(VBIN)/pytest -q tests/roles
 
-# Molecule on real systemd hosts (podman). One host per scenario, run one after the other; the shared
-# base is .config/molecule/config.yml. consumer: build + install the tarball, deploy from a separate project.
-test-molecule: test-molecule-default test-molecule-crash test-molecule-rollback test-molecule-operator \
-	test-molecule-batch test-molecule-faults test-molecule-consumer test-molecule-engine
+# Molecule on real systemd hosts (podman): every scenario, MOLECULE_JOBS (2) side by side; the shared
+# base is .config/molecule/config.yml. Each scenario has its own host (kdtree-mol-<scenario>) and its
+# output is printed whole when it ends. The list is the start order: default (whose kernel build the
+# later scenarios seed from) and engine (the longest) first. consumer: build + install the tarball,
+# deploy from a separate project.
+MOLECULE_JOBS ?= 2
+MOLECULE_SCENARIOS := default engine crash rollback operator batch faults consumer
+test-molecule: venv testhost-image engine-model
+	@start=$$(date +%s); $(MAKE) --no-print-directory -j$(MOLECULE_JOBS) --output-sync=target \
+	  $(MOLECULE_SCENARIOS:%=molecule-run-%); \
+	  echo "molecule: $(words $(MOLECULE_SCENARIOS)) scenarios passed in $$(( $$(date +%s) - start )) s ($(MOLECULE_JOBS) at a time)"
 
-# One molecule scenario on its own test hosts (default, crash, rollback, operator, batch, faults, consumer).
+# One molecule scenario on its own test host (default, crash, rollback, operator, batch, faults, consumer).
 test-molecule-default test-molecule-crash test-molecule-rollback test-molecule-operator test-molecule-batch \
   test-molecule-faults test-molecule-consumer: test-molecule-%: venv testhost-image
-	@start=$$(date +%s); molecule test -s $*; \
-	  echo "molecule $*: passed in $$(( $$(date +%s) - start )) s"
+	@$(MOLECULE_RUN)
 
 # The real SGLang engine (tests/engine): deploy + generation equality + dispatch counts, rollback, crash.
 test-molecule-engine: venv testhost-image engine-model
-	@start=$$(date +%s); molecule test -s engine; \
-	  echo "molecule engine: passed in $$(( $$(date +%s) - start )) s"
+	@$(MOLECULE_RUN)
+
+# The recipe alone, no prerequisites (test-molecule has made them): make -j starts these in list order.
+molecule-run-%:
+	@$(MOLECULE_RUN)
+
+MOLECULE_RUN = start=$$(date +%s); molecule test -s $*; \
+	echo "molecule $*: passed in $$(( $$(date +%s) - start )) s"
 
 # Time from the traceback reaching the journal to Ansible failing the host (child crash 3 s in).
 # The same for the real engine (a model path that does not exist): engine_detect_s. And in a batch of

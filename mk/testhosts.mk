@@ -8,7 +8,7 @@ testhost-image: system-deps
 	@start=$$(date +%s); bash scripts/testhosts/build-image.sh; \
 	  echo "testhost-image: ready in $$(( $$(date +%s) - start )) s"
 
-# .cache/testhost/double-bundle{,.tar.gz}: what a host needs to install the double (install-double.sh inside).
+# .cache/testhost/double-bundle-<hash>/ (double-bundle links to it): what a host needs to install the double.
 testhost-bundle: venv
 	bash scripts/testhosts/make-bundle.sh
 

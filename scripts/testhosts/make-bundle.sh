@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Assembles what a test host needs to install the SGLang TEST DOUBLE, for copying into a host:
-#   .cache/testhost/double-bundle/        install-double.sh, sglang.service, sglang/, wheels/
-#   .cache/testhost/double-bundle.tar.gz  the same directory as a tarball (for Ansible unarchive)
-# In a host: extract it anywhere and run `bash <dir>/install-double.sh`.
+#   .cache/testhost/double-bundle-<content hash>/  install-double.sh, sglang.service, sglang/, wheels/
+#   .cache/testhost/double-bundle                  a link to the newest of them
+# In a host: copy the directory anywhere and run `bash <dir>/install-double.sh`.
+# A bundle directory is never changed once made (a new content makes a new directory, renamed into
+# place whole), so molecule scenarios running side by side can each make and copy one.
 # The setproctitle wheel (the real engine's process-title module) is downloaded once on this
 # machine into .cache/testhost/wheels: test hosts cannot reach PyPI themselves.
 # Prints the bundle directory on stdout.
@@ -22,13 +24,16 @@ if ! compgen -G "$CACHE/wheels/setproctitle-*.whl" >/dev/null; then
     echo "make-bundle: WARNING: setproctitle wheel not available; titles will only set /proc/PID/comm" >&2
 fi
 
-rm -rf "$OUT.tmp"
-mkdir -p "$OUT.tmp/wheels"
-cp "$HERE/install-double.sh" "$ROOT/tests/doubles/sglang.service" "$OUT.tmp/"
-(cd "$ROOT/tests/doubles/sglang_double" && find sglang -name '*.py' -type f -print0 | xargs -0 cp --parents -t "$OUT.tmp")
-cp "$CACHE"/wheels/*.whl "$OUT.tmp/wheels/" 2>/dev/null || true
-rm -rf "$OUT"
-mv "$OUT.tmp" "$OUT"
-tar -C "$OUT" -czf "$OUT.tar.gz.tmp" .
-mv "$OUT.tar.gz.tmp" "$OUT.tar.gz"
-echo "$OUT"
+TMP="$(mktemp -d "$CACHE/.double-bundle.XXXXXX")"
+trap 'rm -rf "$TMP"' EXIT
+mkdir -p "$TMP/wheels"
+cp "$HERE/install-double.sh" "$ROOT/tests/doubles/sglang.service" "$TMP/"
+(cd "$ROOT/tests/doubles/sglang_double" && find sglang -name '*.py' -type f -print0 | xargs -0 cp --parents -t "$TMP")
+cp "$CACHE"/wheels/*.whl "$TMP/wheels/" 2>/dev/null || true
+chmod 0755 "$TMP"
+digest="$(cd "$TMP" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)"
+DIR="$OUT-$digest"
+# another run may have made the same directory meanwhile: then its copy stands and ours goes
+[[ -d "$DIR" ]] || mv -T "$TMP" "$DIR" 2>/dev/null || [[ -d "$DIR" ]]
+ln -sfn "$(basename "$DIR")" "$OUT.link.$$" && mv -T "$OUT.link.$$" "$OUT"
+echo "$DIR"
