@@ -37,9 +37,10 @@ pip=("$venv/bin/pip" install -q --no-input)
 "${pip[@]}" numpy orjson psutil pybase64 requests packaging pillow starlette msgspec pydantic pyzmq tqdm \
   IPython aiohttp transformers==5.19.0 sentencepiece dill apache-tvm-ffi==0.1.11 compressed-tensors gguf \
   openai partial_json_parser einops pyyaml uvicorn uvloop fastapi setproctitle jsonschema xgrammar \
-  soundfile python-multipart pytest
+  soundfile python-multipart pytest prometheus-client
 "$venv/bin/python" - <<'PY'
 import importlib.metadata as md
+import prometheus_client  # --enable-metrics (the engine test host's stock unit runs with it)
 import sglang.srt.layers.attention.triton_backend as tb
 print("sglang", md.version("sglang"), "torch", md.version("torch"), "triton_backend ok:", tb.__name__)
 PY
