@@ -64,10 +64,10 @@ class HostReader:
         return unit_env.systemctl_show(f"{unit}.service", *SHOW_PROPS)
 
     def cgroup_pids(self, control_group: str) -> list[int]:
-        return smoke_host._cgroup_pids(control_group)
+        return smoke_host.cgroup_pids(control_group)
 
     def title(self, pid: int) -> str:
-        return smoke_host._title(pid)
+        return smoke_host.process_title(pid)
 
     def cmdline(self, pid: int) -> list[str]:
         try:
@@ -78,16 +78,16 @@ class HostReader:
         return [arg.decode("utf-8", "replace") for arg in raw.split(b"\0") if arg]
 
     def environ(self, pid: int) -> dict[str, str] | None:
-        return smoke_host._environ(pid)
+        return smoke_host.process_environ(pid)
 
     def process_start(self, pid: int) -> float | None:
-        return smoke_host._process_start(pid)
+        return smoke_host.process_start(pid)
 
     def health(self, url: str) -> str:
-        return smoke_host._health(url)
+        return smoke_host.health_status(url)
 
     def health_owner(self, url: str, unit: str, pids: list[int]) -> str:
-        return smoke_host._health_owner(url, unit, pids)
+        return smoke_host.health_owner(url, unit, pids)
 
     def history(self, path: str) -> list[dict[str, Any]]:
         return history.load(path)

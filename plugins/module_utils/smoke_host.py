@@ -272,7 +272,7 @@ def _read_journal(query: Query, invocation_id: str, state: JournalState, marker:
     )
 
 
-def _health(url: str) -> str:
+def health_status(url: str) -> str:
     """The status code ("200", "503"), "refused", or "down (<reason>)"."""
     try:
         with urllib.request.urlopen(url, timeout=HEALTH_TIMEOUT_S) as response:
@@ -286,7 +286,7 @@ def _health(url: str) -> str:
         return f"down ({reason})"
 
 
-def _health_owner(url: str, unit: str, unit_pids: list[int]) -> str:
+def health_owner(url: str, unit: str, unit_pids: list[int]) -> str:
     """ "" when the unit (or nobody this check can see) listens on the URL's port, else who does."""
     port = url_port(url)
     if port is None:
@@ -297,7 +297,7 @@ def _health_owner(url: str, unit: str, unit_pids: list[int]) -> str:
     return f"from pid {found.pid} ({found.comm}), not {unit}.service"
 
 
-def _cgroup_pids(control_group: str) -> list[int]:
+def cgroup_pids(control_group: str) -> list[int]:
     """PIDs whose systemd cgroup is exactly the unit's: its cgroup.procs (v2, hybrid or v1 name=systemd
     mount), else a scan of /proc/PID/cgroup."""
     if not control_group:
@@ -325,7 +325,7 @@ def _cgroup_pids(control_group: str) -> list[int]:
     return sorted(pids)
 
 
-def _title(pid: int) -> str:
+def process_title(pid: int) -> str:
     """The process title as `ps` shows it (setproctitle rewrites cmdline)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
@@ -335,7 +335,7 @@ def _title(pid: int) -> str:
     return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
 
 
-def _environ(pid: int) -> dict[str, str] | None:
+def process_environ(pid: int) -> dict[str, str] | None:
     try:
         with open(f"/proc/{pid}/environ", "rb") as handle:
             raw = handle.read()
@@ -349,7 +349,7 @@ def _environ(pid: int) -> dict[str, str] | None:
     return env
 
 
-def _process_start(pid: int) -> float | None:
+def process_start(pid: int) -> float | None:
     """Epoch seconds at which the process started (/proc/PID/stat starttime + /proc/stat btime)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
@@ -365,7 +365,7 @@ def _process_start(pid: int) -> float | None:
 def _status_file(status_dir: str, pid: int) -> StatusFile | None:
     """<status_dir>/<pid>.json when this process wrote it (its pid, written since it started)."""
     path = os.path.join(status_dir, f"{pid}.json")
-    started = _process_start(pid)
+    started = process_start(pid)
     try:
         if started is not None and os.stat(path).st_mtime < started - 1.0:
             return None  # an earlier process with the same pid
@@ -410,20 +410,20 @@ def read_host(
         snap.props = _systemctl_show(query.unit)
     pids: list[int] = []
     if parts & {"health", "schedulers"}:
-        pids = _cgroup_pids(snap.props.get("ControlGroup", ""))
+        pids = cgroup_pids(snap.props.get("ControlGroup", ""))
         main_pid = int(snap.props.get("MainPID") or 0)
         if main_pid in pids:
             pids = [main_pid] + [pid for pid in pids if pid != main_pid]
     if "health" in parts and query.health_url:
-        snap.health = _health(query.health_url)
+        snap.health = health_status(query.health_url)
         if snap.health.isdigit() and snap.props.get("ControlGroup"):
-            foreign = _health_owner(query.health_url, query.unit, pids)
+            foreign = health_owner(query.health_url, query.unit, pids)
             snap.health = f"{snap.health} {foreign}" if foreign else snap.health
     if "schedulers" in parts:
         for pid in sorted(pids):
-            title = _title(pid)
+            title = process_title(pid)
             if query.scheduler_prefix and title.startswith(query.scheduler_prefix):
-                snap.schedulers.append(Process(pid=pid, title=title, environ=_environ(pid)))
+                snap.schedulers.append(Process(pid=pid, title=title, environ=process_environ(pid)))
         # journald may drop a marker line (rate limiting); it may also log its "Suppressed" record
         # only when the unit logs again after the interval, so a server that answers reads them too.
         if query.status_dir and (snap.suppressed or snap.health == "200"):
