@@ -418,8 +418,12 @@ def test_play_2_is_the_deploy_on_the_qualified_group_and_hosts_can_be_chosen(tmp
     assert plays[0][1:] == (["gpu-hosts"], ["g1", "g2"])
     assert plays[1][0] == "Deploy kdtree verify attention to SGLang hosts"
     assert plays[1][1:] == (["kdtree_promote_qualified"], ["g1"])
+    # the closing report covers every host judged, promoted or not
+    assert plays[-1][0] == "Report the fleet after the deploy (read-only)"
+    assert plays[-1][1:] == (["gpu-hosts"], ["g1", "g2"])
     out = _playbook(tmp_path, inventory, "--list-hosts", "-e", "kdtree_promote_hosts=canary")
     assert _plays(out.stdout)[0][1:] == (["canary"], ["g2"])
+    assert _plays(out.stdout)[-1][1:] == (["canary"], ["g2"])
 
 
 def test_play_2_deploys_mode_on_with_the_deploy_s_own_flow():
@@ -428,6 +432,7 @@ def test_play_2_deploys_mode_on_with_the_deploy_s_own_flow():
     assert plays[-1]["vars"] == {
         "kdtree_deploy_hosts": "kdtree_promote_qualified",
         "kdtree_service_verify_mode": "on",
+        "kdtree_report_hosts": "{{ kdtree_promote_hosts | default('gpu-hosts') }}",
     }
     deploy = yaml.safe_load((ROOT / "playbooks" / "deploy.yml").read_text())
     assert deploy[0]["hosts"] == "{{ kdtree_deploy_hosts | default('gpu-hosts') }}"
