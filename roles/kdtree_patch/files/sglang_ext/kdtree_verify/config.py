@@ -28,19 +28,29 @@ def read_mode(env: Mapping[str, str]) -> tuple[str, str]:
     return "off", f"unknown KDTREE_VERIFY={raw!r} (use off, validate or on)"
 
 
-def read_tol(env: Mapping[str, str]) -> tuple[float, str]:
-    """(tolerance, problem). Unset or empty gives DEFAULT_TOL; anything but a finite number >= 0
-    (``nan``, ``inf``, ``-1``, ``abc``) is refused: DEFAULT_TOL and a problem text."""
-    raw = env.get("KDTREE_VERIFY_TOL", "").strip()
+def _read_number(env: Mapping[str, str], name: str, default: float, minimum: float) -> tuple[float, str]:
+    """(value, problem) of the environment variable `name`: unset or empty gives `default` and no
+    problem; anything but a finite number >= `minimum` (``nan``, ``inf``, ``abc``, less) gives
+    `default` and a problem text."""
+    raw = env.get(name, "").strip()
     if not raw:
-        return DEFAULT_TOL, ""
+        return default, ""
     try:
-        tol = float(raw)
+        value = float(raw)
     except ValueError:
-        tol = math.nan
-    if math.isfinite(tol) and tol >= 0:
-        return tol, ""
-    return DEFAULT_TOL, f"KDTREE_VERIFY_TOL={raw!r} is not a finite number >= 0 (unset it for {DEFAULT_TOL})"
+        value = math.nan
+    if math.isfinite(value) and value >= minimum:
+        return value, ""
+    return (
+        default,
+        f"{name}={raw!r} is not a finite number >= {minimum:g} (using {default:g}; unset it for that)",
+    )
+
+
+def read_tol(env: Mapping[str, str]) -> tuple[float, str]:
+    """(tolerance, problem) from KDTREE_VERIFY_TOL. Unset or empty gives DEFAULT_TOL; anything but a
+    finite number >= 0 (``nan``, ``inf``, ``-1``, ``abc``) is refused: DEFAULT_TOL and a problem text."""
+    return _read_number(env, "KDTREE_VERIFY_TOL", DEFAULT_TOL, 0.0)
 
 
 def read_lib(env: Mapping[str, str]) -> str:
@@ -52,16 +62,4 @@ def read_status_interval(env: Mapping[str, str]) -> tuple[float, str]:
     """(seconds, problem) between two writes of the status publisher (`KDTREE_STATUS_INTERVAL`).
     Unset or empty gives DEFAULT_STATUS_INTERVAL; anything but a finite number >= MIN_STATUS_INTERVAL
     gives DEFAULT_STATUS_INTERVAL and a problem text (the patch itself is not affected)."""
-    raw = env.get("KDTREE_STATUS_INTERVAL", "").strip()
-    if not raw:
-        return DEFAULT_STATUS_INTERVAL, ""
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = math.nan
-    if math.isfinite(seconds) and seconds >= MIN_STATUS_INTERVAL:
-        return seconds, ""
-    return DEFAULT_STATUS_INTERVAL, (
-        f"KDTREE_STATUS_INTERVAL={raw!r} is not a number >= {MIN_STATUS_INTERVAL} "
-        f"(using {DEFAULT_STATUS_INTERVAL})"
-    )
+    return _read_number(env, "KDTREE_STATUS_INTERVAL", DEFAULT_STATUS_INTERVAL, MIN_STATUS_INTERVAL)
