@@ -43,7 +43,7 @@ def _read_number(env: Mapping[str, str], name: str, default: float, minimum: flo
         return value, ""
     return (
         default,
-        f"{name}={raw!r} is not a finite number >= {minimum:g} (using {default:g}; unset it for that)",
+        f"{name}={raw!r} is not a finite number >= {minimum:g} (using the default, {default:g})",
     )
 
 
