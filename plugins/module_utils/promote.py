@@ -32,11 +32,12 @@ Stdlib only.
 from __future__ import annotations
 
 import calendar
-import importlib.util
 import math
 import time
 from pathlib import Path
 from typing import Any
+
+from ansible_collections.kdtree.fleet.plugins.module_utils import patch_files
 
 # validate.compared summed over a host's schedulers, at least (kdtree_promote_min_compared).
 DEFAULT_MIN_COMPARED = 1000
@@ -55,13 +56,8 @@ def default_tolerance(root: Path = COLLECTION_ROOT) -> float:
     """DEFAULT_TOL of the patch's kdtree_verify/config.py under `root`, loaded by path."""
     path = root / PATCH_CONFIG
     try:
-        spec = importlib.util.spec_from_file_location("kdtree_promote_patch_config", path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot load {path}")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return float(module.DEFAULT_TOL)
-    except (OSError, ImportError, AttributeError, TypeError, ValueError) as exc:
+        return float(patch_files.load_file(path, "kdtree_promote_patch_config", ("DEFAULT_TOL",)).DEFAULT_TOL)
+    except (patch_files.PatchFileError, TypeError, ValueError) as exc:
         raise PromoteError(f"cannot read DEFAULT_TOL from the patch's {path}: {exc}") from exc
 
 

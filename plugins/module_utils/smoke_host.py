@@ -8,9 +8,9 @@ journald suppressed lines of the run, the patch's status files. restart_unit() i
 action. Deciding what a snapshot means is the module's judge() (plugins/modules/kdtree_smoke.py); it
 never reads the host.
 
-Stdlib only, and its only imports of other module_utils are journal.py and unit_socket.py (both
-stdlib only): scripts/testhosts/hostread.py sends the three files' source (HOST_SOURCES) to a test
-host's python3 and calls read_host() there.
+Stdlib only, and its only imports of other module_utils are journal.py, unit_socket.py and
+patch_files.py (all stdlib only): scripts/testhosts/hostread.py sends the four files' source
+(HOST_SOURCES) to a test host's python3 and calls read_host() there.
 
 Marker lines are parsed with the host's installed kdtree_verify/marker.py (load_marker): the
 check parses the journal with exactly the code the schedulers print it with.
@@ -18,7 +18,6 @@ check parses the journal with exactly the code the schedulers print it with.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -35,6 +34,7 @@ from ansible_collections.kdtree.fleet.plugins.module_utils.journal import (
     journal_command,
     parse_records,
 )
+from ansible_collections.kdtree.fleet.plugins.module_utils.patch_files import PatchFileError, load_file
 from ansible_collections.kdtree.fleet.plugins.module_utils.unit_socket import listeners, owner, url_port
 
 SHOW_PROPS = (
@@ -200,13 +200,9 @@ def load_patch_module(
     if not os.path.isfile(path):
         raise error(f"{path} does not exist: is the kdtree patch installed in {patch_dir}?")
     try:
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise ImportError("no loader for this path")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        raise error(f"cannot load {path}: {type(exc).__name__}: {exc}") from exc
+        module = load_file(path, name)
+    except PatchFileError as exc:
+        raise error(str(exc)) from exc
     missing = [item for item in wanted if not callable(getattr(module, item, None))]
     if missing:
         raise error(f"{path} has no {' or '.join(missing)}(): not {what}")

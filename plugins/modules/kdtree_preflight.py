@@ -119,12 +119,11 @@ msg:
   returned: always
 """
 
-import importlib.util
 import os
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kdtree.fleet.plugins.module_utils import preflight
+from ansible_collections.kdtree.fleet.plugins.module_utils import patch_files, preflight
 
 TARGET_FILE = os.path.join("kdtree_verify", "target.py")
 
@@ -132,12 +131,11 @@ TARGET_FILE = os.path.join("kdtree_verify", "target.py")
 def load_target(patch_dir: str):
     """<patch_dir>/kdtree_verify/target.py (constants only), loaded by path."""
     path = os.path.join(patch_dir, TARGET_FILE)
-    spec = importlib.util.spec_from_file_location("kdtree_preflight_target", path)
-    if spec is None or spec.loader is None or not os.path.isfile(path):
+    if not os.path.isfile(path):
         raise FileNotFoundError(f"{path} does not exist: is the kdtree patch installed in {patch_dir}?")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return patch_files.load_file(
+        path, "kdtree_preflight_target", ("SERVED_BACKEND", "SUPPORTED_SGLANG_VERSIONS")
+    )
 
 
 def run(params: dict, check_mode: bool = False) -> dict:
@@ -214,7 +212,13 @@ def main() -> None:
     )
     try:
         result = run(module.params, module.check_mode)
-    except (OSError, subprocess.SubprocessError, ValueError, AttributeError) as exc:
+    except (
+        OSError,
+        subprocess.SubprocessError,
+        ValueError,
+        AttributeError,
+        patch_files.PatchFileError,
+    ) as exc:
         module.fail_json(msg=f"kdtree preflight could not read {module.params['unit']}: {exc}")
     module.exit_json(changed=False, **result)
 

@@ -25,12 +25,13 @@ if str(ROOT / "collections") not in sys.path:
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import (  # noqa: E402
     journal,
+    patch_files,
     smoke_host,
     unit_socket,
 )
 
 # read_host()'s module and what it imports, in the order one program defines them.
-HOST_SOURCES = (journal, unit_socket, smoke_host)
+HOST_SOURCES = (journal, unit_socket, patch_files, smoke_host)
 
 
 @functools.cache

@@ -1,0 +1,42 @@
+"""Load one stdlib-only file of the kdtree patch by its path (the one loader the modules share).
+
+Stdlib only, no imports of other module_utils (scripts/testhosts/hostread.py inlines it).
+
+The patch's own files own their facts (target.py the served backend and SGLang versions, config.py
+DEFAULT_TOL, marker.py the marker format). A module or filter that needs one loads the file as a
+standalone module instead of copying the fact: on a host from the installed patch directory, on the
+controller from the collection's copy.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from types import ModuleType
+
+
+class PatchFileError(Exception):
+    """The file is missing, cannot be loaded, or lacks what the caller needs (the message says which)."""
+
+
+def load_file(
+    path: str | os.PathLike[str], name: str, wanted: tuple[str, ...] = (), what: str = ""
+) -> ModuleType:
+    """`path` loaded as a module named `name` (not put in sys.modules). Raises PatchFileError when the
+    file does not exist, cannot be loaded, or has no attribute of `wanted` (`what` names the file's role
+    in that message)."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise PatchFileError(f"{path} does not exist")
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError("no loader for this path")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise PatchFileError(f"cannot load {path}: {type(exc).__name__}: {exc}") from exc
+    missing = [item for item in wanted if not hasattr(module, item)]
+    if missing:
+        raise PatchFileError(f"{path} has no {' or '.join(missing)}: not {what or 'the file expected'}")
+    return module
