@@ -28,9 +28,9 @@ fleet-status:
 test-testhosts: testhost-image venv
 	$(VBIN)/pytest -q tests/testhosts/test_hosts.py tests/testhosts/test_fleet_stale.py
 
-# The double alone, no container: CLI, process titles, /health, death semantics.
+# The double alone, no container: CLI, process titles, /health, death semantics; the hosts' connection plugin.
 test-double-fast: venv
-	$(VBIN)/pytest -q tests/testhosts/test_double_local.py
+	$(VBIN)/pytest -q tests/testhosts/test_double_local.py tests/testhosts/test_connection_local.py
 
 TEST_TARGETS += test-double-fast test-testhosts
 TEST_FAST_TARGETS += test-double-fast
