@@ -19,6 +19,10 @@ class PatchFileError(Exception):
     """The file is missing, cannot be loaded, or lacks what the caller needs (the message says which)."""
 
 
+class PatchFileMissing(PatchFileError):
+    """The file does not exist (for load_installed: the patch is not installed in that directory)."""
+
+
 def load_file(
     path: str | os.PathLike[str], name: str, wanted: tuple[str, ...] = (), what: str = ""
 ) -> ModuleType:
@@ -27,7 +31,7 @@ def load_file(
     in that message)."""
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise PatchFileError(f"{path} does not exist")
+        raise PatchFileMissing(f"{path} does not exist")
     try:
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
@@ -40,3 +44,14 @@ def load_file(
     if missing:
         raise PatchFileError(f"{path} has no {' or '.join(missing)}: not {what or 'the file expected'}")
     return module
+
+
+def load_installed(
+    patch_dir: str, relpath: str, name: str, wanted: tuple[str, ...] = (), what: str = ""
+) -> ModuleType:
+    """<patch_dir>/<relpath>, a file of a patch installed in `patch_dir`, as load_file loads it; when
+    it does not exist, PatchFileMissing asks whether the patch is installed there."""
+    path = os.path.join(patch_dir, relpath)
+    if not os.path.isfile(path):
+        raise PatchFileMissing(f"{path} does not exist: is the kdtree patch installed in {patch_dir}?")
+    return load_file(path, name, wanted, what)

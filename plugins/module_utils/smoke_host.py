@@ -34,7 +34,7 @@ from ansible_collections.kdtree.fleet.plugins.module_utils.journal import (
     journal_command,
     parse_records,
 )
-from ansible_collections.kdtree.fleet.plugins.module_utils.patch_files import PatchFileError, load_file
+from ansible_collections.kdtree.fleet.plugins.module_utils.patch_files import PatchFileError, load_installed
 from ansible_collections.kdtree.fleet.plugins.module_utils.unit_socket import listeners, owner, url_port
 
 SHOW_PROPS = (
@@ -196,16 +196,13 @@ def load_patch_module(
 ) -> Any:
     """<patch_dir>/<relpath> (a stdlib-only file of the installed patch), loaded by path as a standalone
     module named `name`; `error` names what is missing, cannot load or lacks a callable of `wanted`."""
-    path = os.path.join(patch_dir, relpath)
-    if not os.path.isfile(path):
-        raise error(f"{path} does not exist: is the kdtree patch installed in {patch_dir}?")
     try:
-        module = load_file(path, name)
+        module = load_installed(patch_dir, relpath, name)
     except PatchFileError as exc:
         raise error(str(exc)) from exc
     missing = [item for item in wanted if not callable(getattr(module, item, None))]
     if missing:
-        raise error(f"{path} has no {' or '.join(missing)}(): not {what}")
+        raise error(f"{os.path.join(patch_dir, relpath)} has no {' or '.join(missing)}(): not {what}")
     return module
 
 

@@ -130,11 +130,8 @@ TARGET_FILE = os.path.join("kdtree_verify", "target.py")
 
 def load_target(patch_dir: str):
     """<patch_dir>/kdtree_verify/target.py (constants only), loaded by path."""
-    path = os.path.join(patch_dir, TARGET_FILE)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path} does not exist: is the kdtree patch installed in {patch_dir}?")
-    return patch_files.load_file(
-        path, "kdtree_preflight_target", ("SERVED_BACKEND", "SUPPORTED_SGLANG_VERSIONS")
+    return patch_files.load_installed(
+        patch_dir, TARGET_FILE, "kdtree_preflight_target", ("SERVED_BACKEND", "SUPPORTED_SGLANG_VERSIONS")
     )
 
 
@@ -146,7 +143,7 @@ def run(params: dict, check_mode: bool = False) -> dict:
     try:
         target = load_target(params["patch_dir"])
         served, supported = target.SERVED_BACKEND, tuple(target.SUPPORTED_SGLANG_VERSIONS)
-    except FileNotFoundError:
+    except patch_files.PatchFileMissing:
         if not check_mode:
             raise
         target = None

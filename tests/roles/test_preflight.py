@@ -376,6 +376,44 @@ def test_the_module_probes_without_a_library_that_does_not_exist_yet(tmp_path, m
     assert seen["library_pending"] == ""
 
 
+def test_a_patch_not_installed_yet_leaves_out_its_checks_in_check_mode_and_fails_otherwise(
+    tmp_path, monkeypatch
+):
+    """kdtree_preflight.run on a host without the patch: check mode leaves out backend, sglang and
+    probe and says so; a real run stops with the missing target.py named."""
+    from ansible_collections.kdtree.fleet.plugins.module_utils import patch_files
+    from ansible_collections.kdtree.fleet.plugins.modules import kdtree_preflight
+
+    seen = {}
+
+    def fake_run_checks(unit, **kw):
+        seen.update(kw)
+        return []
+
+    monkeypatch.setattr(
+        kdtree_preflight.preflight, "read_unit", lambda *a: type("U", (), {"fragment": "x"})()
+    )
+    monkeypatch.setattr(kdtree_preflight.preflight, "run_checks", fake_run_checks)
+    monkeypatch.setattr(kdtree_preflight.preflight, "launch_facts", lambda *a: {})
+    params = {
+        "unit": "sglang.service",
+        "dropin_name": "50-kdtree.conf",
+        "managed_vars": [],
+        "exec_start": [],
+        "compute_capability": "12.0",
+        "patch_dir": str(tmp_path / "patches" / "not-installed"),
+        "skip": [],
+        "timeout_s": 10,
+        "secret_env_file": "",
+        "probe_env": {},
+    }
+    result = kdtree_preflight.run(params, check_mode=True)
+    assert {"backend", "sglang", "probe"} <= set(seen["skip"])
+    assert "need the installed patch" in result["msg"]
+    with pytest.raises(patch_files.PatchFileError, match=r"is the kdtree patch installed in .*not-installed"):
+        kdtree_preflight.run(params)
+
+
 def test_the_node_rank_is_read_and_a_rank_beyond_the_nodes_is_refused(tmp_path):
     unit = make_unit(tmp_path, STOCK.replace("--tp-size 8", "--tp-size 16 --nnodes 2 --node-rank 1"))
     facts = preflight.launch_facts(unit, [])
