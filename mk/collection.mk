@@ -41,7 +41,7 @@ test-molecule-default test-molecule-crash test-molecule-rollback test-molecule-o
 	@$(MOLECULE_RUN)
 
 # The real SGLang engine (tests/engine): deploy + generation equality + dispatch counts, rollback, crash.
-test-molecule-engine: venv testhost-image engine-model
+test-molecule-engine: test-molecule-%: venv testhost-image engine-model
 	@$(MOLECULE_RUN)
 
 # The recipe alone, no prerequisites (test-molecule has made them): make -j starts these in list order.
