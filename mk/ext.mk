@@ -1,4 +1,4 @@
-# sglang_ext: the verify patch, its injection and the probe (roles/kdtree_patch/files/sglang_ext, tests/ext).
+# sglang_ext: the verify patch, its injection and the probe (files/sglang_ext, tests/ext).
 .PHONY: test-ext-fast test-sglang sglang-venv bench-startup
 
 SGLANG_VENV := $(ROOT)/.cache/sglang-venv

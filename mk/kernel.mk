@@ -1,8 +1,8 @@
-# Kernel track: the CUDA verify-attention library (roles/kdtree_build/files/csrc), its binding's tests, benchmark, GPU check.
+# Kernel track: the CUDA verify-attention library (files/csrc), its binding's tests, benchmark, GPU check.
 .PHONY: build-kernel test-kernel test-kernel-fast bench-kernel gpu-check hostlib
 
 # The supported arches come from build.sh, the one owner of the compute capability -> arch map.
-KERNEL_BUILD_SH := $(ROOT)/roles/kdtree_build/files/csrc/build.sh
+KERNEL_BUILD_SH := $(ROOT)/files/csrc/build.sh
 KERNEL_ARCHS := $(shell bash $(KERNEL_BUILD_SH) --list-arches)
 KERNEL_NVCC ?= $(firstword $(wildcard /usr/local/cuda-13.0/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 KERNEL_BUILD := $(ROOT)/build/kernel

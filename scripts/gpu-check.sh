@@ -21,7 +21,7 @@
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build_sh="$root/roles/kdtree_build/files/csrc/build.sh"
+build_sh="$root/files/csrc/build.sh"
 dest="${OUT:-$root/out}/gpu-check"
 run_tests=1 run_bench=1 print_arch=0 bench_extra=() driver_override=""
 while [[ $# -gt 0 ]]; do

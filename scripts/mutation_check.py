@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-EXT = "roles/kdtree_patch/files/sglang_ext"
+EXT = "files/sglang_ext"
 PKG = f"{EXT}/kdtree_verify"
 SMOKE = "plugins/modules/kdtree_smoke.py"
-REPORT = "plugins/module_utils/report.py"
+REPORT = "plugins/module_utils/_report.py"
 REPORT_TESTS = "tests/roles/test_report.py"
-PROMOTE = "plugins/module_utils/promote.py"
+PROMOTE = "plugins/module_utils/_promote.py"
 PROMOTE_RULES = "tests/roles/test_promote.py::test_each_rule_keeps_the_host_in_validate_and_says_why"
 # Untracked links into /work/main in a worktree: never copied (the run uses this venv's pytest).
 SKIP_TOP = {".venv", ".cache", ".git"}

@@ -3,7 +3,7 @@
 # torch/torchvision from local disk, sglang with --no-deps, plus the packages the wheel needs at
 # import time (listed below; the import check at the end fails when one is missing). The SGLang
 # 0.5.23 facts the patch relies on (the forward_extend signature, spawned schedulers, the plugin
-# hook) are summarised in roles/kdtree_patch/files/sglang_ext/README.md.
+# hook) are summarised in files/sglang_ext/README.md.
 # A stamp holding the hash of this script and the base interpreter (its real path and version) makes
 # a second run a no-op; change the script or the python and the venv is rebuilt.
 # The test hosts' real engine (tests/engine) needs the venv made from Debian's /usr/bin/python3.11:

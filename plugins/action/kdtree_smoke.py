@@ -4,7 +4,7 @@ Ansible shows a task's result only when it ends; a model load can take 15 minute
 module for `chunk_s` seconds at a time lets this plugin print one progress line per chunk while the
 module itself still polls every `poll_s`, so a crash fails the task within a poll interval.
 
-Between chunks the module's `run` result (module_utils/smoke_run.RunState) goes back as its `run`
+Between chunks the module's `run` result (module_utils/_smoke_run.RunState) goes back as its `run`
 option, so every chunk watches the same run. `fail_on_error` is applied here: a run that ends in
 state=failed fails the task unless it is false.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-from ansible_collections.kdtree.fleet.plugins.module_utils.smoke_run import RunState
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_run import RunState
 
 MODULE = "kdtree.fleet.kdtree_smoke"
 

@@ -1,6 +1,6 @@
 """Filters of the promotion (playbooks/promote.yml): kdtree_promote_verdict and kdtree_promote_table.
 
-The rules are module_utils/promote.py's (one owner); these filters only hand the play's data to it
+The rules are module_utils/_promote.py's (one owner); these filters only hand the play's data to it
 on the controller.
 """
 
@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kdtree.fleet.plugins.module_utils import promote, report
+from ansible_collections.kdtree.fleet.plugins.module_utils import _promote as promote
+from ansible_collections.kdtree.fleet.plugins.module_utils import _report as report
 
 
 def kdtree_promote_verdict(

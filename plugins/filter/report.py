@@ -1,6 +1,6 @@
 """Filters of the fleet report: kdtree_report_rows and kdtree_report_table.
 
-The fields and the table format are module_utils/report.py's (one owner); these filters only
+The fields and the table format are module_utils/_report.py's (one owner); these filters only
 hand the play's data to it on the controller.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kdtree.fleet.plugins.module_utils import report
+from ansible_collections.kdtree.fleet.plugins.module_utils import _report as report
 
 
 def kdtree_report_rows(results: list[Any], hosts: list[str]) -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Read and write a host's kdtree deploy history (the thin Ansible side of module_utils/history)."""
+"""Read and write a host's kdtree deploy history (the thin Ansible side of module_utils/_history)."""
 
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ referenced:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kdtree.fleet.plugins.module_utils import history
+from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
 
 
 def _live_digest(path: str | None) -> str:

@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Take or release a host's kdtree lock (the thin Ansible side of module_utils/lock)."""
+"""Take or release a host's kdtree lock (the thin Ansible side of module_utils/_lock)."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ held_by:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kdtree.fleet.plugins.module_utils import lock
+from ansible_collections.kdtree.fleet.plugins.module_utils import _lock as lock
 
 
 def main() -> None:

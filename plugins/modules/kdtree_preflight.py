@@ -123,7 +123,12 @@ import os
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kdtree.fleet.plugins.module_utils import patch_files, preflight
+from ansible_collections.kdtree.fleet.plugins.module_utils import (
+    _patch_files as patch_files,
+)
+from ansible_collections.kdtree.fleet.plugins.module_utils import (
+    _preflight as preflight,
+)
 
 TARGET_FILE = os.path.join("kdtree_verify", "target.py")
 

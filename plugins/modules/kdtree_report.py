@@ -1,7 +1,7 @@
 #!/usr/bin/python
 """Report what a host runs now: unit, health, deploy history, the patch's status files (read-only).
 
-The thin Ansible side of module_utils/report.py: gather() reads the host, main() only wraps it.
+The thin Ansible side of module_utils/_report.py: gather() reads the host, main() only wraps it.
 """
 
 from __future__ import annotations
@@ -219,7 +219,15 @@ row:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kdtree.fleet.plugins.module_utils import history, report, smoke_host
+from ansible_collections.kdtree.fleet.plugins.module_utils import (
+    _history as history,
+)
+from ansible_collections.kdtree.fleet.plugins.module_utils import (
+    _report as report,
+)
+from ansible_collections.kdtree.fleet.plugins.module_utils import (
+    _smoke_host as smoke_host,
+)
 
 ARGUMENT_SPEC = {
     "unit": {"type": "str", "required": True},

@@ -5,7 +5,7 @@ The kdtree_smoke action plugin calls this module in chunks of a few seconds and 
 between chunks, so a 900 s model load shows progress while a crash is still reported within a
 poll interval (0.25 s) of its traceback reaching the journal.
 
-Layout: read_host() (module_utils/smoke_host.py) is the only code that reads the host and returns a
+Layout: read_host() (module_utils/_smoke_host.py) is the only code that reads the host and returns a
 plain-data Snapshot; judge(snapshot, wanted) decides ok / pending / failed from it without any I/O;
 watch() polls read_host and judge for one chunk; execute() is the whole module call; main() only
 wraps execute() in AnsibleModule.
@@ -465,12 +465,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kdtree.fleet.plugins.module_utils.journal import (
+from ansible_collections.kdtree.fleet.plugins.module_utils._journal import (
     DEFAULT_BENIGN_TRACEBACKS,
     TAIL_LINES,
     compile_benign,
 )
-from ansible_collections.kdtree.fleet.plugins.module_utils.smoke_host import (
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_host import (
     SCHEDULER_PREFIX,
     HostError,
     Marker,
@@ -481,8 +481,8 @@ from ansible_collections.kdtree.fleet.plugins.module_utils.smoke_host import (
     read_host,
     restart_unit,
 )
-from ansible_collections.kdtree.fleet.plugins.module_utils.smoke_run import RUN_SUBOPTIONS, RunState
-from ansible_collections.kdtree.fleet.plugins.module_utils.smoke_traffic import (
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_run import RUN_SUBOPTIONS, RunState
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_traffic import (
     Requests,
     StatusDirError,
     TrafficResult,

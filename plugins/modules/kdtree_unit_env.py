@@ -68,7 +68,7 @@ sources:
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kdtree.fleet.plugins.module_utils.unit_env import unit_environment, unit_files
+from ansible_collections.kdtree.fleet.plugins.module_utils._unit_env import unit_environment, unit_files
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Read a local test host's state with `podman exec` (shared by the summary and the benchmarks).
 
-The reading is the smoke check's own read_host() (plugins/module_utils/smoke_host.py, imported
+The reading is the smoke check's own read_host() (plugins/module_utils/_smoke_host.py, imported
 through the collection path of this clone): it and the two module_utils it imports (journal.py,
 unit_socket.py) are stdlib only, so their source goes to the host's python3 as one program
 (host_source(): the three files without their imports of each other), followed by a few lines that
@@ -24,10 +24,16 @@ if str(ROOT / "collections") not in sys.path:
     sys.path.insert(0, str(ROOT / "collections"))
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import (  # noqa: E402
-    journal,
-    patch_files,
-    smoke_host,
-    unit_socket,
+    _journal as journal,
+)
+from ansible_collections.kdtree.fleet.plugins.module_utils import (  # noqa: E402
+    _patch_files as patch_files,
+)
+from ansible_collections.kdtree.fleet.plugins.module_utils import (  # noqa: E402
+    _smoke_host as smoke_host,
+)
+from ansible_collections.kdtree.fleet.plugins.module_utils import (  # noqa: E402
+    _unit_socket as unit_socket,
 )
 
 # read_host()'s module and what it imports, in the order one program defines them.

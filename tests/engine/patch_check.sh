@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# By hand, without Ansible: put the kdtree verify patch (roles/kdtree_patch/files/sglang_ext) on a
+# By hand, without Ansible: put the kdtree verify patch (files/sglang_ext) on a
 # real-engine test host (scripts/testhosts/engine-host.sh up) and check that the REAL scheduler loads it.
 #
 #   tests/engine/patch_check.sh [NAME] [--mode MODE] [--lib FILE]
@@ -65,7 +65,7 @@ fi
 
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
-(cd "$ROOT/roles/kdtree_patch/files" && find sglang_ext -type f ! -path '*/__pycache__/*' -print0 |
+(cd "$ROOT/files" && find sglang_ext -type f ! -path '*/__pycache__/*' -print0 |
   xargs -0 cp --parents -t "$stage")
 hx rm -rf /opt/kdtree/sglang_ext "$STATUS_DIR"
 hx mkdir -p /opt/kdtree /etc/systemd/system/sglang.service.d

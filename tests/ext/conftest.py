@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-EXT_DIR = ROOT / "roles" / "kdtree_patch" / "files" / "sglang_ext"
+EXT_DIR = ROOT / "files" / "sglang_ext"
 DOUBLE_DIR = ROOT / "tests" / "doubles" / "sglang_double"
 DEBIAN_PYTHON = Path("/usr/bin/python3")
 DEBIAN_SITECUSTOMIZE = Path("/usr/lib/python3.11/sitecustomize.py")

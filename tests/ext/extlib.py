@@ -10,7 +10,7 @@ from typing import Any
 from kdtree_verify.shapes import HEAD_DIM_QK
 
 ROOT = Path(__file__).resolve().parents[2]
-EXT_DIR = ROOT / "roles" / "kdtree_patch" / "files" / "sglang_ext"
+EXT_DIR = ROOT / "files" / "sglang_ext"
 DOUBLE_DIR = ROOT / "tests" / "doubles" / "sglang_double"
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CSRC = ROOT / "roles" / "kdtree_build" / "files" / "csrc"
+CSRC = ROOT / "files" / "csrc"
 BUILD_SH = CSRC / "build.sh"
 
 

@@ -1,4 +1,4 @@
-"""The C header roles/kdtree_build/files/csrc/kdtree_verify.h owns the ABI constants; kernel.py mirrors
+"""The C header files/csrc/kdtree_verify.h owns the ABI constants; kernel.py mirrors
 them (ABI version, enums, error codes, the args struct's layout) and must agree, field by field."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Every consumer of the compute capability -> arch map agrees with build.sh, its one owner.
 
-build.sh (roles/kdtree_build/files/csrc) answers --list-map, --list-arches and --arch-for-cc <cc>. The
+build.sh (files/csrc) answers --list-map, --list-arches and --arch-for-cc <cc>. The
 consumers ask it: mk/kernel.mk (KERNEL_ARCHS), scripts/gpu-check.sh (--print-arch), the build role (a
 controller task runs build.sh --arch-for-cc) and these tests (conftest.ARCHS); the binding derives the
 device's arch name (kernel.arch_of_capability). No GPU, no torch: runs under the tools venv.

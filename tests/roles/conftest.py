@@ -11,7 +11,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ROOT / "roles"
 # The patch as this repository ships it (the smoke check loads <patch dir>/kdtree_verify/marker.py).
-PATCH_DIR = ROLES / "kdtree_patch" / "files" / "sglang_ext"
+PATCH_DIR = ROOT / "files" / "sglang_ext"
 ROLE_NAMES = sorted(p.name for p in ROLES.iterdir() if (p / "defaults" / "main.yml").exists())
 
 
@@ -33,8 +33,8 @@ def smoke_module():
 
 @pytest.fixture(scope="module")
 def hu(smoke_module):
-    """module_utils/smoke_host (Snapshot, parse_journal, load_marker, read_host)."""
-    return importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils.smoke_host")
+    """module_utils/_smoke_host (Snapshot, parse_journal, load_marker, read_host)."""
+    return importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils._smoke_host")
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The deploy history: atomic file, last good, trimming, what is never pruned (module_utils/history)."""
+"""The deploy history: atomic file, last good, trimming, what is never pruned (module_utils/_history)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from ansible_collections.kdtree.fleet.plugins.module_utils import history
+from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
 from ansible_collections.kdtree.fleet.plugins.modules import kdtree_history
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible_collections.kdtree.fleet.plugins.module_utils import lock
+from ansible_collections.kdtree.fleet.plugins.module_utils import _lock as lock
 
 A = {"run_id": "run-a", "owner": "alice@ctl", "play": "deploy"}
 B = {"run_id": "run-b", "owner": "bob@ctl", "play": "rollback"}

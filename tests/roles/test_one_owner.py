@@ -77,9 +77,9 @@ FACTS = {
     "health URL": (r"/health\b", "roles/kdtree_service/tasks/facts.yml"),
     "smoke-check timeout": (r"\b900\b", "roles/kdtree_smoke/defaults/main.yml"),
     "server port": (r"\b30000\b", "roles/kdtree_service/defaults/main.yml"),
-    "scheduler process title": (r"sglang::scheduler", "plugins/module_utils/smoke_host.py"),
+    "scheduler process title": (r"sglang::scheduler", "plugins/module_utils/_smoke_host.py"),
     "patch install root": (r"/opt/kdtree/patches", "roles/kdtree_patch/defaults/main.yml"),
-    "deploy history file": (r"/var/lib/kdtree/state\.json", "plugins/module_utils/history.py"),
+    "deploy history file": (r"/var/lib/kdtree/state\.json", "plugins/module_utils/_history.py"),
     "secret environment directory": (r"/etc/kdtree\b", "roles/kdtree_service/defaults/main.yml"),
 }
 # Test-host tooling allowed to spell a fact out: the test double's own stock unit and its installer

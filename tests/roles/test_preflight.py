@@ -1,4 +1,4 @@
-"""The preflight's judgement of a unit as systemd merges it (module_utils/preflight; no systemd needed)."""
+"""The preflight's judgement of a unit as systemd merges it (module_utils/_preflight; no systemd needed)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from ansible_collections.kdtree.fleet.plugins.module_utils import preflight
-from ansible_collections.kdtree.fleet.plugins.module_utils.unit_env import service_settings
+from ansible_collections.kdtree.fleet.plugins.module_utils import _preflight as preflight
+from ansible_collections.kdtree.fleet.plugins.module_utils._unit_env import service_settings
 
-PATCH_DIR = Path(__file__).resolve().parents[2] / "roles/kdtree_patch/files/sglang_ext"
+PATCH_DIR = Path(__file__).resolve().parents[2] / "files/sglang_ext"
 
 OURS = "50-kdtree.conf"
 MANAGED = ["PYTHONPATH", "KDTREE_VERIFY", "KDTREE_LIB", "NCCL_ALGO"]
@@ -381,7 +381,7 @@ def test_a_patch_not_installed_yet_leaves_out_its_checks_in_check_mode_and_fails
 ):
     """kdtree_preflight.run on a host without the patch: check mode leaves out backend, sglang and
     probe and says so; a real run stops with the missing target.py named."""
-    from ansible_collections.kdtree.fleet.plugins.module_utils import patch_files
+    from ansible_collections.kdtree.fleet.plugins.module_utils import _patch_files as patch_files
     from ansible_collections.kdtree.fleet.plugins.modules import kdtree_preflight
 
     seen = {}

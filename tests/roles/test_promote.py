@@ -1,4 +1,4 @@
-"""Promotion on evidence (module_utils/promote, filters kdtree_promote_*, playbooks/promote.yml).
+"""Promotion on evidence (module_utils/_promote, filters kdtree_promote_*, playbooks/promote.yml).
 
 qualify() is judged rule by rule on report rows (one qualifying row, then one change per rule); a
 row gathered by the real report code from fixtures (test_report's host: live titled processes, a
@@ -23,7 +23,8 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.kdtree.fleet.plugins.filter import promote as promote_filter
-from ansible_collections.kdtree.fleet.plugins.module_utils import history, promote
+from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
+from ansible_collections.kdtree.fleet.plugins.module_utils import _promote as promote
 from conftest import PATCH_DIR, ROOT
 from test_report import counters, gather, health_server, host, status  # noqa: F401 (fixtures)
 
@@ -238,7 +239,7 @@ def test_the_build_and_patch_the_deploy_would_install_must_be_the_evidence_s():
 
 
 def test_a_host_without_a_row_stays_with_the_report_s_reason():
-    from ansible_collections.kdtree.fleet.plugins.module_utils import report
+    from ansible_collections.kdtree.fleet.plugins.module_utils import _report as report
 
     row = report.rows([{"unreachable": True, "msg": "ssh: timeout"}], ["gone"])[0]
     ok, why = judge(row)
@@ -277,7 +278,7 @@ def test_the_defaults_are_not_restated_in_the_playbook_or_the_filter():
     for path in (ROOT / "playbooks" / "promote.yml", ROOT / "plugins" / "filter" / "promote.py"):
         code = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
         assert not re.search(r"\b1000\b|\b0\.02\b", code), path
-    assert not re.search(r"\b0\.02\b", (ROOT / "plugins" / "module_utils" / "promote.py").read_text())
+    assert not re.search(r"\b0\.02\b", (ROOT / "plugins" / "module_utils" / "_promote.py").read_text())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The fleet report (module_utils/report, module kdtree_report, filters, role kdtree_report, playbook).
+"""The fleet report (module_utils/_report, module kdtree_report, filters, role kdtree_report, playbook).
 
 The host side runs against fixtures: a temporary status directory with files of live and stale
 pids, a fake `systemctl show` output, a cgroup.procs file, a history file, real child processes
@@ -21,7 +21,15 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.kdtree.fleet.plugins.filter import report as report_filter
-from ansible_collections.kdtree.fleet.plugins.module_utils import history, report, unit_env
+from ansible_collections.kdtree.fleet.plugins.module_utils import (
+    _history as history,
+)
+from ansible_collections.kdtree.fleet.plugins.module_utils import (
+    _report as report,
+)
+from ansible_collections.kdtree.fleet.plugins.module_utils import (
+    _unit_env as unit_env,
+)
 from ansible_collections.kdtree.fleet.plugins.modules import kdtree_report
 from conftest import ROOT
 

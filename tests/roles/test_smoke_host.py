@@ -1,4 +1,4 @@
-"""read_host(), restart_unit() and load_marker() (plugins/module_utils/smoke_host.py) on this machine.
+"""read_host(), restart_unit() and load_marker() (plugins/module_utils/_smoke_host.py) on this machine.
 
 systemctl and journalctl are small fake scripts first on PATH; /health is a local HTTP server; the
 scheduler is a real child process (argv[0] = a scheduler title, NCCL values in its environment)

@@ -1,4 +1,4 @@
-"""The smoke check's journal reader (plugins/module_utils/journal.py) on recorded journalctl output.
+"""The smoke check's journal reader (plugins/module_utils/_journal.py) on recorded journalctl output.
 
 Records are written the way `journalctl --output=json --all` prints them: a field whose bytes are
 not UTF-8 is an array of byte values; each test feeds bytes through parse_records() and
@@ -15,7 +15,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-journal = importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils.journal")
+journal = importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils._journal")
 
 INVOCATION = "0123456789abcdef0123456789abcdef"
 OTHER_RUN = "f" * 32

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-journal = importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils.journal")
+journal = importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils._journal")
 
 INVOCATION = "0123456789abcdef0123456789abcdef"
 NCCL = {"NCCL_P2P_LEVEL": "SYS", "NCCL_ALGO": "Ring"}

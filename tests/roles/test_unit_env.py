@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from ansible_collections.kdtree.fleet.plugins.module_utils import unit_env
+from ansible_collections.kdtree.fleet.plugins.module_utils import _unit_env as unit_env
 from conftest import ROLES
 
 STOCK = """\

@@ -1,4 +1,4 @@
-"""Who listens on the health URL's port (plugins/module_utils/unit_socket.py)."""
+"""Who listens on the health URL's port (plugins/module_utils/_unit_socket.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-unit_socket = importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils.unit_socket")
+unit_socket = importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils._unit_socket")
 
 # /proc/net/tcp as the kernel writes it: 30000 (0x7530) listening on 127.0.0.1 (inode 4242), a
 # connection from it (01 = ESTABLISHED, inode 4343), another port listening (inode 99).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the host-memory TEST DOUBLE of libkdtree_verify.so (tests/doubles/hostlib/README.md):
 #   build.sh --out <dir> [--cxx <g++>] [--fault drop-prefix-key|fail-launch]
-# -> <dir>/libkdtree_verify.so (fp32 on host, the C ABI of roles/kdtree_build/files/csrc/kdtree_verify.h).
+# -> <dir>/libkdtree_verify.so (fp32 on host, the C ABI of files/csrc/kdtree_verify.h).
 # Never for a GPU host: the patch accepts it only for CPU tensors (it declares itself double=host).
 # It also speaks the build role's interface (roles/kdtree_build: --arch-for-cc, --print-flags,
 # --arch <a> --out <dir> --nvcc <ignored>), so the real-engine TEST host's inventory can point

@@ -1,6 +1,6 @@
 // Host-memory stand-in of libkdtree_verify.so: a TEST DOUBLE, never deployed.
 //
-// Exports the C ABI of roles/kdtree_build/files/csrc/kdtree_verify.h (the one owner of its constants,
+// Exports the C ABI of files/csrc/kdtree_verify.h (the one owner of its constants,
 // included here) with the same argument meanings, and computes the verify attention on the calling
 // thread in fp32, reading host memory (torch CPU tensors' data_ptr()). It lets the kdtree path run for
 // real in a CPU engine (float32, TRITON_INTERPRET=1). workspace and stream are ignored.

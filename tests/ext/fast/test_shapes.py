@@ -10,7 +10,7 @@ from pathlib import Path
 from extlib import EXT_DIR, ROOT
 from kdtree_verify import shapes
 
-HEADER = ROOT / "roles" / "kdtree_build" / "files" / "csrc" / "kdtree_verify.h"
+HEADER = ROOT / "files" / "csrc" / "kdtree_verify.h"
 SHAPES_PY = EXT_DIR / "kdtree_verify" / "shapes.py"
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-EXT_DIR = Path(__file__).resolve().parents[3] / "roles" / "kdtree_patch" / "files" / "sglang_ext"
+EXT_DIR = Path(__file__).resolve().parents[3] / "files" / "sglang_ext"
 
 SCHEDULER = """
 import json, os, sys

@@ -1,9 +1,9 @@
 """Everything the kdtree smoke check reads on a host, as one plain-data Snapshot.
 
 read_host() is the only code of the check that looks at the host: `systemctl show`, `journalctl`
-for one invocation from the previous poll's cursor (module_utils/journal.py builds the command and
+for one invocation from the previous poll's cursor (module_utils/_journal.py builds the command and
 folds its output into a JournalState), the HTTP health GET and who listens on its port
-(module_utils/unit_socket.py), /proc (cgroup, cmdline, environ of the unit's processes) and, after
+(module_utils/_unit_socket.py), /proc (cgroup, cmdline, environ of the unit's processes) and, after
 journald suppressed lines of the run, the patch's status files. restart_unit() is the check's only
 action. Deciding what a snapshot means is the module's judge() (plugins/modules/kdtree_smoke.py); it
 never reads the host.
@@ -27,15 +27,15 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ansible_collections.kdtree.fleet.plugins.module_utils.journal import (
+from ansible_collections.kdtree.fleet.plugins.module_utils._journal import (
     DEFAULT_BENIGN_TRACEBACKS,
     JournalState,
     compile_benign,
     journal_command,
     parse_records,
 )
-from ansible_collections.kdtree.fleet.plugins.module_utils.patch_files import PatchFileError, load_installed
-from ansible_collections.kdtree.fleet.plugins.module_utils.unit_socket import listeners, owner, url_port
+from ansible_collections.kdtree.fleet.plugins.module_utils._patch_files import PatchFileError, load_installed
+from ansible_collections.kdtree.fleet.plugins.module_utils._unit_socket import listeners, owner, url_port
 
 SHOW_PROPS = (
     "ActiveState",
@@ -72,7 +72,7 @@ SCHEDULER_PREFIX = "sglang::scheduler"
 class Query:
     """What to read: the unit, which run's journal, where /health is, which processes are schedulers.
 
-    benign_tracebacks: regexes of tracebacks the run may log (module_utils/journal.py); status_dir:
+    benign_tracebacks: regexes of tracebacks the run may log (module_utils/_journal.py); status_dir:
     the patch's KDTREE_STATUS_DIR, read after journald suppressed lines of the run or once the health
     URL answers 200 ("" = never);
     not_before: epoch seconds of the restart (a suppression record without the run's

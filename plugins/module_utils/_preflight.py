@@ -24,7 +24,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.kdtree.fleet.plugins.module_utils.unit_env import (
+from ansible_collections.kdtree.fleet.plugins.module_utils._unit_env import (
     Setting,
     UnitEnvironment,
     apply_settings,

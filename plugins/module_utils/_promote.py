@@ -1,6 +1,6 @@
 """Promotion on evidence (playbooks/promote.yml): whether a host may go from mode validate to on.
 
-qualify() judges one host's fleet-report row (module_utils/report.py, module kdtree_report) and
+qualify() judges one host's fleet-report row (module_utils/_report.py, module kdtree_report) and
 answers (qualifies, why). It is pure: no host, no file, no clock. The play runs it on the controller
 through the kdtree_promote_verdict filter, then deploys mode on to the hosts that qualify; the others
 stay in validate and are listed with their `why`.
@@ -37,12 +37,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.kdtree.fleet.plugins.module_utils import patch_files
+from ansible_collections.kdtree.fleet.plugins.module_utils import _patch_files as patch_files
 
 # validate.compared summed over a host's schedulers, at least (kdtree_promote_min_compared).
 DEFAULT_MIN_COMPARED = 1000
 # The patch's config.py, relative to the collection's root (the owner of DEFAULT_TOL).
-PATCH_CONFIG = Path("roles/kdtree_patch/files/sglang_ext/kdtree_verify/config.py")
+PATCH_CONFIG = Path("files/sglang_ext/kdtree_verify/config.py")
 COLLECTION_ROOT = Path(__file__).resolve().parents[2]
 # history.now()'s format
 HISTORY_TIME = "%Y-%m-%dT%H:%M:%SZ"

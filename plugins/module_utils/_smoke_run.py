@@ -35,7 +35,7 @@ class RunState:
     poll did not (the settle time may span chunks).
     progress_at: epoch seconds of the last poll that read a new journal line of the run or a changed
     health answer (the no-progress timeout counts from here); health: that last health answer.
-    journal: what the check keeps of the run's journal (module_utils/journal.JournalState as plain
+    journal: what the check keeps of the run's journal (module_utils/_journal.JournalState as plain
     data: the cursor to read on from, the markers, the fatal excerpt, the last lines).
     """
 

@@ -29,7 +29,15 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from ansible_collections.kdtree.fleet.plugins.module_utils import history, smoke_host, unit_env
+from ansible_collections.kdtree.fleet.plugins.module_utils import (
+    _history as history,
+)
+from ansible_collections.kdtree.fleet.plugins.module_utils import (
+    _smoke_host as smoke_host,
+)
+from ansible_collections.kdtree.fleet.plugins.module_utils import (
+    _unit_env as unit_env,
+)
 
 SHOW_PROPS = ("ActiveState", "SubState", "MainPID", "ExecMainStartTimestamp", "ControlGroup")
 NVIDIA_SMI_TIMEOUT_S = 10.0
@@ -284,7 +292,7 @@ def summarize_status(files: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def scheduler_details(reader: HostReader, files: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per scheduler status file, by pid: what a promotion judges (module_utils/promote.py: its
+    """Per scheduler status file, by pid: what a promotion judges (module_utils/_promote.py: its
     process's start (epoch s, None when unreadable), the file's `since` and `updated`, its mode and
     state, its validate statistics and runtime fallbacks) and what the table's scheduler lines show
     (its kernel calls and calls sent to the original, with the top reason). A field is None where

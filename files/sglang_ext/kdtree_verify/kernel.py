@@ -1,6 +1,6 @@
 """ctypes binding of libkdtree_verify.so (the CUDA verify-attention kernel).
 
-The library is plain C ABI (see roles/kdtree_build/files/csrc/kdtree_verify.h, the one owner of the
+The library is plain C ABI (see files/csrc/kdtree_verify.h, the one owner of the
 ABI constants mirrored below; tests/kernel/test_abi_constants.py keeps them equal): it needs only the
 CUDA runtime, never torch's C++ ABI, so a torch upgrade does not require a rebuild.
 
@@ -61,7 +61,7 @@ class KernelUnavailable(Exception):
 
 
 class _Args(ctypes.Structure):
-    """Mirror of ``kdtree_verify_args`` in roles/kdtree_build/files/csrc/kdtree_verify.h (ABI_VERSION 4)."""
+    """Mirror of ``kdtree_verify_args`` in files/csrc/kdtree_verify.h (ABI_VERSION 4)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_int32),

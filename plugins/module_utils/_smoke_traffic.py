@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.kdtree.fleet.plugins.module_utils import smoke_host
+from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_host as smoke_host
 
 STATUSDIR_FILE = os.path.join("kdtree_verify", "statusdir.py")
 BODY_HEAD = 200

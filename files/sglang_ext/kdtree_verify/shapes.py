@@ -1,7 +1,7 @@
 """Head dims of absorbed MLA (DeepSeek-V3 / Kimi-K2), the only shape the kernel serves.
 
 This is the one place in Python where these numbers are written: the dispatch, the binding, the
-reference and the tests import them. The C header (roles/kdtree_build/files/csrc/kdtree_verify.h,
+reference and the tests import them. The C header (files/csrc/kdtree_verify.h,
 ``KDTREE_HEAD_DIM`` / ``KDTREE_V_DIM``) has its own copies; tests/ext/fast/test_shapes.py checks
 that the two agree. Stdlib-free constants only.
 """
