@@ -1,1 +1,1 @@
-../../../roles/kdtree_build/files/csrc/kdtree_verify.h
+../../../files/csrc/kdtree_verify.h
