@@ -32,7 +32,7 @@ def _plugin_dir(tmp_path):
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: kdtree-verify\nVersion: 0.0.0\n")
     (dist / "entry_points.txt").write_text(
-        "[sglang.srt.plugins]\nkdtree_verify = kdtree_verify.plugin:register\n"
+        "[sglang.srt.plugins]\nkdtree_verify = kdtree_verify.inject.plugin:register\n"
     )
     return site
 
