@@ -137,7 +137,9 @@ def test_a_broken_stderr_costs_the_marker_line_never_the_import(libs, tmp_path, 
 def test_a_broken_stderr_while_reporting_a_hook_error_leaves_python_running(libs, tmp_path, sink):
     broken = tmp_path / "ext"
     shutil.copytree(EXT_DIR, broken)
-    (broken / "kdtree_verify" / "inject" / "lifecycle.py").write_text("raise ImportError('lifecycle module broken')\n")
+    (broken / "kdtree_verify" / "inject" / "lifecycle.py").write_text(
+        "raise ImportError('lifecycle module broken')\n"
+    )
     code = (
         "import sglang.srt.layers.attention.triton_backend as t; print('alive', t.TritonAttnBackend.__name__)"
     )
@@ -149,7 +151,9 @@ def test_a_broken_stderr_while_reporting_a_hook_error_leaves_python_running(libs
 def test_a_broken_stderr_while_reporting_a_sitecustomize_error_leaves_python_running(libs, tmp_path, sink):
     broken = tmp_path / "ext"
     shutil.copytree(EXT_DIR, broken)
-    (broken / "kdtree_verify" / "inject" / "importhook.py").write_text("raise RuntimeError('broken on purpose')\n")
+    (broken / "kdtree_verify" / "inject" / "importhook.py").write_text(
+        "raise RuntimeError('broken on purpose')\n"
+    )
     rc, out, _ = _run_with_broken_stderr(sink, child_env(libs["good"], broken), "print('alive')")
     assert (rc, out.strip()) == (0, "alive")
 
