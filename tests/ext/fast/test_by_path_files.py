@@ -112,3 +112,11 @@ def test_no_loader_spells_a_patch_file_path_itself():
         for problem in spelled_patch_paths(path)
     ]
     assert problems == []
+
+
+def test_every_directory_of_the_patch_holds_a_file_of_its_own():
+    """roles/kdtree_patch/tasks/install.yml keeps a directory as the dirname of a file in it: a directory
+    with only subdirectories would be removed on the host (with them)."""
+    dirs = [EXT_DIR, *(p for p in EXT_DIR.rglob("*") if p.is_dir() and p.name != "__pycache__")]
+    bare = [str(d) for d in dirs if not any(f.is_file() and f.suffix != ".pyc" for f in d.iterdir())]
+    assert bare == []
