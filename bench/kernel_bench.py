@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT / "roles" / "kdtree_patch" / "files" / "sglang_ext")
 sys.path.insert(0, str(ROOT / "bench"))
 
 import sglang_triton  # noqa: E402
-from kdtree_verify import kernel  # noqa: E402
-from kdtree_verify.shapes import HEAD_DIM_QK, HEAD_DIM_V  # noqa: E402
+from kdtree_verify.kernel import binding as kernel  # noqa: E402
+from kdtree_verify.kernel.shapes import HEAD_DIM_QK, HEAD_DIM_V  # noqa: E402
 from kernel_cases import random_tree_mask  # noqa: E402
 
 log = logging.getLogger("kernel_bench")

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from kdtree_verify.reference import tree_mask
-from kdtree_verify.shapes import HEAD_DIM_QK, HEAD_DIM_V
+from kdtree_verify.kernel.reference import tree_mask
+from kdtree_verify.kernel.shapes import HEAD_DIM_QK, HEAD_DIM_V
 
 
 @dataclass

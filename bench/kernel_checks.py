@@ -15,8 +15,8 @@
 - `triton_fp8_model(case)`: SGLang's Triton arithmetic with an fp8-e4m3 KV cache on NVIDIA (Q and P
   rounded to e4m3 before their dot products, online softmax over BLOCK_N keys), for the fp8 tolerance.
 
-All tensors follow kdtree_verify.reference: q [T, H, HEAD_DIM_QK], k_extend [T, 1, HEAD_DIM_QK], v_extend
-[T, 1, HEAD_DIM_V], kv_buffer [P, 1, HEAD_DIM_QK], outputs [T, H, HEAD_DIM_V] float32.
+All tensors follow kdtree_verify.kernel.reference: q [T, H, HEAD_DIM_QK], k_extend [T, 1, HEAD_DIM_QK],
+v_extend [T, 1, HEAD_DIM_V], kv_buffer [P, 1, HEAD_DIM_QK], outputs [T, H, HEAD_DIM_V] float32.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from kdtree_verify.reference import causal_mask
-from kdtree_verify.shapes import HEAD_DIM_QK, HEAD_DIM_V
+from kdtree_verify.kernel.reference import causal_mask
+from kdtree_verify.kernel.shapes import HEAD_DIM_QK, HEAD_DIM_V
 
 ROW_REL_L2_TOL = 4e-3  # between bf16 noise (~2e-3) and one dropped tile at 64k keys (>= 6e-3)
 NEEDLE_Q = 8.0  # q[..., -1] of every row

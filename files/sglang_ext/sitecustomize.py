@@ -38,7 +38,7 @@ del _record, _outer, _outer_file
 
 
 def _say(text: str) -> None:
-    """Like kdtree_verify.marker.say (which may be what is broken): to stderr's descriptor, never
+    """Like kdtree_verify.telemetry.marker.say (which may be what is broken): to stderr's descriptor, never
     raising, so a failed write leaves nothing buffered to fail again at exit."""
     stream = sys.stderr
     if stream is None:
@@ -90,7 +90,7 @@ def _in(path: str, record: list) -> bool:
 
 
 def _install_hook() -> None:
-    from kdtree_verify import importhook
+    from kdtree_verify.inject import importhook
 
     importhook.install_patch_hook()
 

@@ -14,6 +14,18 @@ import importlib.util
 import os
 from types import ModuleType
 
+# Where the collection keeps the patch, relative to the collection's root (the controller's copy).
+SOURCE_DIR = "files/sglang_ext"
+# The patch's files that are loaded by path, relative to a patch directory (SOURCE_DIR on the controller,
+# the installed patch directory on a host): every loader names its file with one of these. Each file is
+# stdlib only and imports nothing of the kdtree_verify package (tests/ext/fast/test_by_path_files.py).
+TARGET_FILE = "kdtree_verify/target.py"  # the served backend, the supported SGLang versions
+CONFIG_FILE = "kdtree_verify/config.py"  # DEFAULT_TOL
+MARKER_FILE = "kdtree_verify/telemetry/marker.py"  # the marker line's regexes
+STATUSDIR_FILE = "kdtree_verify/telemetry/statusdir.py"  # the status directory's reader
+METRICS_FILE = "kdtree_verify/telemetry/metrics.py"  # loaded by statusdir.py from next to itself
+BY_PATH_FILES = (TARGET_FILE, CONFIG_FILE, MARKER_FILE, STATUSDIR_FILE, METRICS_FILE)
+
 
 class PatchFileError(Exception):
     """The file is missing, cannot be loaded, or lacks what the caller needs (the message says which)."""

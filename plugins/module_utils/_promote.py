@@ -42,7 +42,7 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import _patch_files a
 # validate.compared summed over a host's schedulers, at least (kdtree_promote_min_compared).
 DEFAULT_MIN_COMPARED = 1000
 # The patch's config.py, relative to the collection's root (the owner of DEFAULT_TOL).
-PATCH_CONFIG = Path("files/sglang_ext/kdtree_verify/config.py")
+PATCH_CONFIG = Path(patch_files.SOURCE_DIR, patch_files.CONFIG_FILE)
 COLLECTION_ROOT = Path(__file__).resolve().parents[2]
 # history.now()'s format
 HISTORY_TIME = "%Y-%m-%dT%H:%M:%SZ"

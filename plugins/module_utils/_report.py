@@ -11,7 +11,7 @@ format_table() and rows() are the controller side (the kdtree_report_table and k
 filters): one fixed-width line per host, from the rows gather() returned. This file is the one
 owner of the report's fields and its table format.
 
-Status files are written by the patch (kdtree_verify/marker.py) and grow new fields over time; every
+Status files are written by the patch (kdtree_verify/telemetry/marker.py) and grow new fields over time; every
 field is optional here and a file of an older patch is read as far as it goes. A file counts only
 when its pid is a live process of the unit (the unit's cgroup) that started before the file was
 written; the others are stale (an earlier run, or a reused pid): ignored and counted.

@@ -12,7 +12,7 @@ Stdlib only, and its only imports of other module_utils are journal.py, unit_soc
 patch_files.py (all stdlib only): scripts/testhosts/hostread.py sends the four files' source
 (HOST_SOURCES) to a test host's python3 and calls read_host() there.
 
-Marker lines are parsed with the host's installed kdtree_verify/marker.py (load_marker): the
+Marker lines are parsed with the host's installed kdtree_verify/telemetry/marker.py (load_marker): the
 check parses the journal with exactly the code the schedulers print it with.
 """
 
@@ -34,7 +34,11 @@ from ansible_collections.kdtree.fleet.plugins.module_utils._journal import (
     journal_command,
     parse_records,
 )
-from ansible_collections.kdtree.fleet.plugins.module_utils._patch_files import PatchFileError, load_installed
+from ansible_collections.kdtree.fleet.plugins.module_utils._patch_files import (
+    MARKER_FILE,
+    PatchFileError,
+    load_installed,
+)
 from ansible_collections.kdtree.fleet.plugins.module_utils._unit_socket import listeners, owner, url_port
 
 SHOW_PROPS = (
@@ -53,7 +57,6 @@ COMMAND_TIMEOUT_S = 15.0
 HEALTH_TIMEOUT_S = 2.0
 # What read_host() can read; `parts` picks a subset (a journal-only re-read after a failure).
 ALL_PARTS = frozenset(("unit", "journal", "health", "schedulers"))
-MARKER_FILE = os.path.join("kdtree_verify", "marker.py")
 
 
 class HostError(Exception):
@@ -207,7 +210,7 @@ def load_patch_module(
 
 
 def load_marker(patch_dir: str) -> Any:
-    """<patch_dir>/kdtree_verify/marker.py, loaded by path as a standalone module."""
+    """<patch_dir>/<MARKER_FILE>, loaded by path as a standalone module."""
     return load_patch_module(
         patch_dir,
         MARKER_FILE,

@@ -10,7 +10,7 @@ scheduler reported its marker. Steps:
 3. wait until every scheduler's file was written after the last answer (`updated`);
 4. judge_scheduler() per scheduler (pure), judge_traffic() for all of them.
 
-The status file's format has one owner, the patch's kdtree_verify/statusdir.py (docs/CONTRACTS.md
+The status file's format has one owner, the patch's kdtree_verify/telemetry/statusdir.py (docs/CONTRACTS.md
 section 3b); load_statusdir() loads the host's installed copy by path, as smoke_host.load_marker()
 loads marker.py, and its read_dir() and summary() read the files and their counters.
 
@@ -20,7 +20,6 @@ Stdlib only. The API key is only ever put in the request header: never in a mess
 from __future__ import annotations
 
 import json
-import os
 import time
 import urllib.error
 import urllib.parse
@@ -30,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_host as smoke_host
+from ansible_collections.kdtree.fleet.plugins.module_utils._patch_files import STATUSDIR_FILE
 
-STATUSDIR_FILE = os.path.join("kdtree_verify", "statusdir.py")
 BODY_HEAD = 200
 TOP_REASONS = 3
 # Slugs of original calls that are not verify calls the kernel should have served: other forward
@@ -49,7 +48,7 @@ class StatusDirError(Exception):
 
 
 def load_statusdir(patch_dir: str) -> Any:
-    """<patch_dir>/kdtree_verify/statusdir.py, loaded by path as a standalone module."""
+    """<patch_dir>/<STATUSDIR_FILE>, loaded by path as a standalone module."""
     return smoke_host.load_patch_module(
         patch_dir,
         STATUSDIR_FILE,

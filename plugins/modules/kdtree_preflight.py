@@ -130,13 +130,14 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import (
     _preflight as preflight,
 )
 
-TARGET_FILE = os.path.join("kdtree_verify", "target.py")
-
 
 def load_target(patch_dir: str):
-    """<patch_dir>/kdtree_verify/target.py (constants only), loaded by path."""
+    """<patch_dir>/<patch_files.TARGET_FILE> (constants only), loaded by path."""
     return patch_files.load_installed(
-        patch_dir, TARGET_FILE, "kdtree_preflight_target", ("SERVED_BACKEND", "SUPPORTED_SGLANG_VERSIONS")
+        patch_dir,
+        patch_files.TARGET_FILE,
+        "kdtree_preflight_target",
+        ("SERVED_BACKEND", "SUPPORTED_SGLANG_VERSIONS"),
     )
 
 

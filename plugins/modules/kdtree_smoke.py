@@ -49,9 +49,10 @@ description:
     (written by the patch when the unit sets C(KDTREE_STATUS_DIR)) if O(status_dir) is set, and fails
     with that reason, instead of waiting for O(timeout_s), when the server answers 200 and a scheduler
     still has no marker.
-  - Marker lines are parsed with the host's installed C(<patch_dir>/kdtree_verify/marker.py), the same
-    file the schedulers print them with (the collection ships it in the kdtree_patch role,
-    C(files/sglang_ext/kdtree_verify/marker.py); docs/CONTRACTS.md section 3 describes the line).
+  - Marker lines are parsed with the host's installed
+    C(<patch_dir>/kdtree_verify/telemetry/marker.py), the same file the schedulers print them with
+    (the collection ships it in the kdtree_patch role, C(files/sglang_ext/kdtree_verify/telemetry/marker.py);
+    docs/CONTRACTS.md section 3 describes the line).
   - Once the run is healthy, with O(requests) above 0 and O(marker_state=active), the module sends
     traffic and proves from the status files that the verify calls reached the patched kernel (see
     O(requests)); a failure there is a failed run (RV(state=failed)) like any other, and the result's
@@ -184,7 +185,7 @@ options:
   patch_dir:
     description:
       - Installed patch directory on the host (the one on the unit's PYTHONPATH, for example
-        C(/opt/kdtree/sglang_ext)); its C(kdtree_verify/marker.py) parses the marker lines.
+        C(/opt/kdtree/sglang_ext)); its C(kdtree_verify/telemetry/marker.py) parses the marker lines.
       - Required when O(marker_state) is not empty; a missing or unloadable marker.py fails the module
         before anything is restarted.
     type: path
@@ -218,7 +219,7 @@ options:
         counted in Python), else it fails. A runtime fallback fails. Mode
         C(validate) needs more C(validate.compared) and no mismatch. Mode C(off) is not checked.
       - A non-2xx answer or a timeout fails the run with the status and the head of the body.
-      - Needs O(status_dir) and the installed C(<patch_dir>/kdtree_verify/statusdir.py), which reads
+      - Needs O(status_dir) and the installed C(<patch_dir>/kdtree_verify/telemetry/statusdir.py), which reads
         the status files.
     type: int
     default: 0

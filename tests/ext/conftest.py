@@ -17,7 +17,7 @@ DEBIAN_SITECUSTOMIZE = Path("/usr/lib/python3.11/sitecustomize.py")
 @pytest.fixture(autouse=True)
 def _fresh_patch_state(monkeypatch):
     """Every test starts and ends with the class unpatched and no marker emitted."""
-    from kdtree_verify import lifecycle
+    from kdtree_verify.inject import lifecycle
 
     monkeypatch.delenv("KDTREE_STATUS_DIR", raising=False)
     lifecycle.reset_for_tests()
@@ -36,7 +36,7 @@ def _compile(tmp: Path, name: str, source: str) -> Path:
 @pytest.fixture(scope="session")
 def libs(tmp_path_factory) -> dict[str, Path]:
     """Real files for every library case: a good ABI, a wrong ABI, a non-ELF file, a missing path."""
-    from kdtree_verify import kernel
+    from kdtree_verify.kernel import binding as kernel
 
     tmp = tmp_path_factory.mktemp("libs")
     info = 'const char* kdtree_verify_build_info(void) { return "archs=sm_120a nvcc=test"; }\n'

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from kdtree_verify.shapes import HEAD_DIM_QK
+from kdtree_verify.kernel.shapes import HEAD_DIM_QK
 
 ROOT = Path(__file__).resolve().parents[2]
 EXT_DIR = ROOT / "files" / "sglang_ext"

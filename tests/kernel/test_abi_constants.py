@@ -8,7 +8,7 @@ import re
 import subprocess
 
 from conftest import CSRC
-from kdtree_verify import kernel
+from kdtree_verify.kernel import binding as kernel
 
 HEADER = CSRC / "kdtree_verify.h"
 

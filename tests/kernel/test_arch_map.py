@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ARCH_MAP, ARCHS, BUILD_SH, ROOT
-from kdtree_verify import kernel
+from kdtree_verify.kernel import binding as kernel
 
 ROLE = ROOT / "roles" / "kdtree_build"
 GPU_CHECK = ROOT / "scripts" / "gpu-check.sh"

@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("torch")
 
 import kernel_bench as kb
-from kdtree_verify.shapes import HEAD_DIM_QK, HEAD_DIM_V
+from kdtree_verify.kernel.shapes import HEAD_DIM_QK, HEAD_DIM_V
 
 
 def _row(**kw) -> kb.Row:

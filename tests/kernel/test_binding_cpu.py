@@ -11,8 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import ANY_ARCH  # noqa: E402
-from kdtree_verify import kernel  # noqa: E402
-from kdtree_verify.shapes import HEAD_DIM_QK, HEAD_DIM_V  # noqa: E402
+from kdtree_verify.kernel import binding as kernel  # noqa: E402
+from kdtree_verify.kernel.shapes import HEAD_DIM_QK, HEAD_DIM_V  # noqa: E402
 from kernel_cases import CaseSpec, make_case  # noqa: E402
 
 

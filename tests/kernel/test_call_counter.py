@@ -15,9 +15,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import ARCHS, BUILD_DIR, build_library  # noqa: E402
-from kdtree_verify import counters, kernel, metrics, publish  # noqa: E402
-from kdtree_verify.shapes import HEAD_DIM_V  # noqa: E402
+from kdtree_verify.kernel import binding as kernel  # noqa: E402
+from kdtree_verify.kernel.shapes import HEAD_DIM_V  # noqa: E402
 from kdtree_verify.state import STATE  # noqa: E402
+from kdtree_verify.telemetry import counters, metrics, publish  # noqa: E402
 from kernel_cases import CaseSpec, make_case  # noqa: E402
 from test_binding_cpu import _args, _run  # noqa: E402
 from test_hostlib_cpu import fp32_case, run_host  # noqa: E402

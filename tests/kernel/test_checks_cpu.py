@@ -9,8 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import kernel_checks as kc  # noqa: E402
-from kdtree_verify.reference import causal_mask, verify_attention_reference  # noqa: E402
-from kdtree_verify.validate import FP8_REL_TOL, ValidateStats, rel_tol_for  # noqa: E402
+from kdtree_verify.kernel.reference import causal_mask, verify_attention_reference  # noqa: E402
+from kdtree_verify.telemetry.validate import FP8_REL_TOL, ValidateStats, rel_tol_for  # noqa: E402
 from kernel_cases import CaseSpec, make_case  # noqa: E402
 
 TILE = 16

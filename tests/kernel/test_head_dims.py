@@ -1,4 +1,4 @@
-"""The kernel tests and benchmark take the head dims from kdtree_verify.shapes and never write them.
+"""The kernel tests and benchmark take the head dims from kdtree_verify.kernel.shapes and never write them.
 
 tests/ext/fast/test_shapes.py checks the package and tests/ext (and the CUDA header against shapes.py);
 this does the same for tests/kernel and bench/kernel_*.py. No torch needed.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
-from kdtree_verify import shapes
+from kdtree_verify.kernel import shapes
 
 FILES = sorted((ROOT / "tests" / "kernel").glob("*.py")) + sorted((ROOT / "bench").glob("kernel_*.py"))
 DIMS = {shapes.HEAD_DIM_QK, shapes.HEAD_DIM_V}

@@ -13,9 +13,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import build_host_double  # noqa: E402
-from kdtree_verify import kernel  # noqa: E402
-from kdtree_verify.reference import verify_attention_reference  # noqa: E402
-from kdtree_verify.shapes import HEAD_DIM_QK, HEAD_DIM_V  # noqa: E402
+from kdtree_verify.kernel import binding as kernel  # noqa: E402
+from kdtree_verify.kernel.reference import verify_attention_reference  # noqa: E402
+from kdtree_verify.kernel.shapes import HEAD_DIM_QK, HEAD_DIM_V  # noqa: E402
 from kernel_cases import CaseSpec, make_case  # noqa: E402
 from test_binding_cpu import _args, _run  # noqa: E402
 from test_library import EXPORTED, _dynamic_symbols  # noqa: E402

@@ -1,4 +1,5 @@
-"""The CUDA kernel against the fp32 reference (kdtree_verify.reference). Needs a CUDA GPU; skipped otherwise.
+"""The CUDA kernel against the fp32 reference (kdtree_verify.kernel.reference). Needs a CUDA GPU;
+skipped otherwise.
 
 Every comparison checks both the per-row relative L2 error (kernel_checks.ROW_REL_L2_TOL, which a dropped
 tile or split exceeds) and, elementwise, |kernel - reference| <= ATOL + RTOL * |reference|. The kernel
@@ -15,8 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import ARCHS, BUILD_DIR, build_library  # noqa: E402
-from kdtree_verify import kernel  # noqa: E402
-from kdtree_verify.shapes import HEAD_DIM_QK, HEAD_DIM_V  # noqa: E402
+from kdtree_verify.kernel import binding as kernel  # noqa: E402
+from kdtree_verify.kernel.shapes import HEAD_DIM_QK, HEAD_DIM_V  # noqa: E402
 from kernel_cases import CaseSpec, kernel_kwargs, make_case  # noqa: E402
 from kernel_checks import check_rows  # noqa: E402
 
@@ -48,7 +49,7 @@ def vk():
 
 
 def _reference(case):
-    from kdtree_verify.reference import verify_attention_reference
+    from kdtree_verify.kernel.reference import verify_attention_reference
 
     return verify_attention_reference(**case)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ARCHS, BUILD_SH, NVCC
-from kdtree_verify import kernel
+from kdtree_verify.kernel import binding as kernel
 
 EXPORTED = {
     "kdtree_verify_abi_version",

@@ -41,8 +41,8 @@ import sglang_triton
 mod = sglang_triton.load()
 assert "sglang" not in sys.modules, "the stand-in modules must not stay behind"
 from kernel_cases import CaseSpec, make_case
-from kdtree_verify.reference import verify_attention_reference
-from kdtree_verify.shapes import HEAD_DIM_V
+from kdtree_verify.kernel.reference import verify_attention_reference
+from kdtree_verify.kernel.shapes import HEAD_DIM_V
 errs = {}
 for causal, k_scale, v_scale in ((False, 1.0, 1.0), (True, 1.0, 1.0), (True, 0.5, 0.25), (False, 2.0, 0.5)):
     spec = CaseSpec(
@@ -64,7 +64,7 @@ print(json.dumps(errs))
 
 def test_the_vendored_kernel_runs_without_sglang_and_matches_the_reference_causal_and_scaled():
     """Also the ground truth of the scale decision: SGLang's Triton multiplies prefix scores by k_scale
-    and prefix P.V by v_scale, exactly as kdtree_verify.reference (and the kernel) do."""
+    and prefix P.V by v_scale, exactly as kdtree_verify.kernel.reference (and the kernel) do."""
     paths = [str(ROOT / "bench"), str(ROOT / "files" / "sglang_ext")]
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run(

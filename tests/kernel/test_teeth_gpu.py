@@ -12,10 +12,10 @@ torch = pytest.importorskip("torch")
 
 import kernel_checks as kc  # noqa: E402
 from conftest import ARCHS, BUILD_DIR, CSRC, build_library  # noqa: E402
-from kdtree_verify import kernel  # noqa: E402
-from kdtree_verify.reference import verify_attention_reference  # noqa: E402
-from kdtree_verify.shapes import HEAD_DIM_V  # noqa: E402
-from kdtree_verify.validate import FP8_REL_TOL  # noqa: E402
+from kdtree_verify.kernel import binding as kernel  # noqa: E402
+from kdtree_verify.kernel.reference import verify_attention_reference  # noqa: E402
+from kdtree_verify.kernel.shapes import HEAD_DIM_V  # noqa: E402
+from kdtree_verify.telemetry.validate import FP8_REL_TOL  # noqa: E402
 from kernel_cases import CaseSpec, kernel_kwargs, make_case  # noqa: E402
 
 pytestmark = [

@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kdtree_verify.validate import ValidateStats  # noqa: E402
+from kdtree_verify.telemetry.validate import ValidateStats  # noqa: E402
 
 
 def _record(stats: ValidateStats, device: str, diff: float) -> None:

@@ -10,7 +10,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ROOT / "roles"
-# The patch as this repository ships it (the smoke check loads <patch dir>/kdtree_verify/marker.py).
+# The patch as this repository ships it (the smoke check loads <patch dir>/kdtree_verify/telemetry/marker.py).
 PATCH_DIR = ROOT / "files" / "sglang_ext"
 ROLE_NAMES = sorted(p.name for p in ROLES.iterdir() if (p / "defaults" / "main.yml").exists())
 
@@ -39,5 +39,5 @@ def hu(smoke_module):
 
 @pytest.fixture(scope="module")
 def marker(hu):
-    """The repository's kdtree_verify/marker.py, loaded the way the module loads a host's copy."""
+    """The repository's kdtree_verify/telemetry/marker.py, loaded the way the module loads a host's copy."""
     return hu.load_marker(str(PATCH_DIR))

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ansible_collections.kdtree.fleet.plugins.module_utils._patch_files import MARKER_FILE
 from conftest import PATCH_DIR, ROOT
 
 INVOCATION = "0123456789abcdef0123456789abcdef"
@@ -296,26 +297,28 @@ def test_restart_unit_reports_systemctl_s_failure(hu, fake, monkeypatch):
 
 
 def test_load_marker_fails_clearly_without_marker_py(hu, tmp_path):
-    with pytest.raises(hu.MarkerError, match=r"kdtree_verify/marker.py does not exist"):
+    with pytest.raises(hu.MarkerError, match=r"kdtree_verify/telemetry/marker.py does not exist"):
         hu.load_marker(str(tmp_path))
 
 
 def test_load_marker_fails_clearly_on_a_broken_marker_py(hu, tmp_path):
-    (tmp_path / "kdtree_verify").mkdir()
-    (tmp_path / "kdtree_verify" / "marker.py").write_text("def match_marker(:\n")
+    marker_py = tmp_path / MARKER_FILE
+    marker_py.parent.mkdir(parents=True)
+    marker_py.write_text("def match_marker(:\n")
     with pytest.raises(hu.MarkerError, match=r"cannot load .*SyntaxError"):
         hu.load_marker(str(tmp_path))
 
 
 def test_load_marker_fails_clearly_on_an_old_marker_py(hu, tmp_path):
-    (tmp_path / "kdtree_verify").mkdir()
-    (tmp_path / "kdtree_verify" / "marker.py").write_text("import re\nMARKER_RE = re.compile('x')\n")
+    marker_py = tmp_path / MARKER_FILE
+    marker_py.parent.mkdir(parents=True)
+    marker_py.write_text("import re\nMARKER_RE = re.compile('x')\n")
     with pytest.raises(hu.MarkerError, match="has no match_marker"):
         hu.load_marker(str(tmp_path))
 
 
 def test_load_marker_loads_the_installed_file_standalone(hu, marker):
-    assert Path(marker.__file__) == PATCH_DIR / "kdtree_verify" / "marker.py"
+    assert Path(marker.__file__) == PATCH_DIR / "kdtree_verify" / "telemetry" / "marker.py"
     assert marker.__name__ == "kdtree_smoke_host_marker"  # by path, not as the kdtree_verify package
 
 

@@ -424,7 +424,7 @@ def test_through_ansible_a_missing_marker_py_fails_clearly(tmp_path):
     )
     assert rc != 0
     assert result["state"] == "failed"
-    assert f"{tmp_path}/kdtree_verify/marker.py does not exist" in result["msg"]
+    assert f"{tmp_path}/kdtree_verify/telemetry/marker.py does not exist" in result["msg"]
 
 
 def test_a_later_chunk_reads_the_journal_on_from_the_state_it_is_given(smoke_module, hu):

@@ -3,7 +3,7 @@
 judge_scheduler() is pure and gets every case of issue 11; send_requests() talks to a local
 http.server (2xx, 500, a timeout, the API key header); run_traffic() and the module's execute() read a
 temporary status directory that a writer thread keeps rewriting the way the patch's publisher does,
-through the repository's kdtree_verify/statusdir.py loaded by path as on a host.
+through the repository's kdtree_verify/telemetry/statusdir.py loaded by path as on a host.
 """
 
 from __future__ import annotations

@@ -20,18 +20,19 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from kdtree_verify import marker
-from kdtree_verify.counters import RUNTIME_FALLBACK
-from kdtree_verify.shapes import HEAD_DIM_QK, HEAD_DIM_V
+from kdtree_verify.kernel.shapes import HEAD_DIM_QK, HEAD_DIM_V
 from kdtree_verify.state import LOCK, STATE
 from kdtree_verify.target import EXPECTED_PARAMS, TARGET_ATTR, TARGET_CLASS, TARGET_MODULE
+from kdtree_verify.telemetry import marker
+from kdtree_verify.telemetry.counters import RUNTIME_FALLBACK
 
 logger = logging.getLogger(__name__)
 
 WRAPPER_FLAG = "_kdtree_verify_wrapper"
-# STATE.counts keys (kdtree_verify.counters turns them into the status file's counters): "kernel" (the
-# kernel's output was returned), "original:<reason>" (the original's, and why), "validate" (validate
-# mode: the original's output returned, the kernel's compared on the device), RUNTIME_FALLBACK.
+# STATE.counts keys (kdtree_verify.telemetry.counters turns them into the status file's counters):
+# "kernel" (the kernel's output was returned), "original:<reason>" (the original's, and why),
+# "validate" (validate mode: the original's output returned, the kernel's compared on the device),
+# RUNTIME_FALLBACK.
 _DEFAULTS = {"save_kv_cache": True, "sinks": None, "score_mod": None, "aux_tensors": None}
 
 
@@ -269,7 +270,7 @@ def dispatch(original, backend, q, k, v, layer, forward_batch, save_kv_cache, si
 
 
 def _validate(run_original, kernel, backend, q, k, v, layer):
-    from kdtree_verify.validate import ValidateStats, is_capturing, rel_tol_for
+    from kdtree_verify.telemetry.validate import ValidateStats, is_capturing, rel_tol_for
 
     triton_out = run_original()  # writes the KV cache, as always
     with LOCK:

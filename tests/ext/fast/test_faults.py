@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 from extlib import DOUBLE_DIR, EXT_DIR, clean_env
-from kdtree_verify import libfile, marker
+from kdtree_verify.kernel import libfile
+from kdtree_verify.telemetry import marker
 
 DEBIAN_PYTHON = Path("/usr/bin/python3.11")
 DEBIAN_SITECUSTOMIZE = Path("/usr/lib/python3.11/sitecustomize.py")
@@ -136,7 +137,9 @@ def test_a_broken_stderr_costs_the_marker_line_never_the_import(libs, tmp_path, 
 def test_a_broken_stderr_while_reporting_a_hook_error_leaves_python_running(libs, tmp_path, sink):
     broken = tmp_path / "ext"
     shutil.copytree(EXT_DIR, broken)
-    (broken / "kdtree_verify" / "lifecycle.py").write_text("raise ImportError('lifecycle module broken')\n")
+    (broken / "kdtree_verify" / "inject" / "lifecycle.py").write_text(
+        "raise ImportError('lifecycle module broken')\n"
+    )
     code = (
         "import sglang.srt.layers.attention.triton_backend as t; print('alive', t.TritonAttnBackend.__name__)"
     )
@@ -148,7 +151,9 @@ def test_a_broken_stderr_while_reporting_a_hook_error_leaves_python_running(libs
 def test_a_broken_stderr_while_reporting_a_sitecustomize_error_leaves_python_running(libs, tmp_path, sink):
     broken = tmp_path / "ext"
     shutil.copytree(EXT_DIR, broken)
-    (broken / "kdtree_verify" / "importhook.py").write_text("raise RuntimeError('broken on purpose')\n")
+    (broken / "kdtree_verify" / "inject" / "importhook.py").write_text(
+        "raise RuntimeError('broken on purpose')\n"
+    )
     rc, out, _ = _run_with_broken_stderr(sink, child_env(libs["good"], broken), "print('alive')")
     assert (rc, out.strip()) == (0, "alive")
 
@@ -170,7 +175,7 @@ NAIVE_CHAINER = RECORD_RUN + (
 )
 CHAIN_REPORT = (
     "import builtins, json, sys, sitecustomize\n"
-    "from kdtree_verify import importhook\n"
+    "from kdtree_verify.inject import importhook\n"
     "print(json.dumps({'ran': sys.modules['_kdtree_sitecustomize_record'].ran,\n"
     "  'runs': getattr(builtins, 'RUNS', []),\n"
     "  'finders': sum(isinstance(f, importhook.PostImportFinder) for f in sys.meta_path)}))\n"

@@ -105,7 +105,9 @@ def test_debians_own_sitecustomize_still_runs_through_the_chain(libs, debian_ven
 def test_a_broken_package_is_reported_with_a_traceback_and_python_carries_on(tmp_path):
     broken = tmp_path / "ext"
     shutil.copytree(EXT_DIR, broken)
-    (broken / "kdtree_verify" / "importhook.py").write_text("raise RuntimeError('broken on purpose')\n")
+    (broken / "kdtree_verify" / "inject" / "importhook.py").write_text(
+        "raise RuntimeError('broken on purpose')\n"
+    )
     res = run_python(sys.executable, ["-c", "print('still alive')"], clean_env(PYTHONPATH=str(broken)))
     assert res.returncode == 0 and res.stdout.strip() == "still alive"
     assert "kdtree-verify: error in sitecustomize (installing the kdtree post-import hook)" in res.stderr
@@ -125,7 +127,9 @@ def test_an_error_in_the_chained_sitecustomize_is_reported_and_python_carries_on
 def test_a_failing_patch_callback_never_breaks_the_sglang_import(libs, tmp_path):
     broken = tmp_path / "ext"
     shutil.copytree(EXT_DIR, broken)
-    (broken / "kdtree_verify" / "lifecycle.py").write_text("raise ImportError('lifecycle module broken')\n")
+    (broken / "kdtree_verify" / "inject" / "lifecycle.py").write_text(
+        "raise ImportError('lifecycle module broken')\n"
+    )
     env = clean_env(PYTHONPATH=f"{broken}:{DOUBLE_DIR}", KDTREE_VERIFY="on", KDTREE_LIB=str(libs["good"]))
     code = "import sglang.srt.layers.attention.triton_backend as tb; print(tb.TritonAttnBackend.__name__)"
     res = run_python(sys.executable, ["-c", code], env)
@@ -138,7 +142,8 @@ def test_plain_start_up_imports_nothing_heavy(libs):
     code = (
         "import sys; print(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('torch', 'sglang', 'logging', 'inspect', 'ctypes') "
-        "or m in ('kdtree_verify.lifecycle', 'kdtree_verify.dispatch', 'kdtree_verify.kernel')))"
+        "or m in ('kdtree_verify.inject.lifecycle', 'kdtree_verify.dispatch',"
+        " 'kdtree_verify.kernel.binding')))"
     )
     res = run_python(sys.executable, ["-c", code], hook_env(libs))
     assert res.returncode == 0, res.stderr

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from extlib import EXT_DIR
-from kdtree_verify import marker
+from kdtree_verify.telemetry import marker
 
 CONTRACT_REGEX = re.compile(r"^kdtree-verify: pid=(\d+) .* state=(\w+) ")
 
@@ -122,7 +122,7 @@ print(json.dumps({
 def test_marker_py_loads_standalone_by_file_path_with_the_stdlib_only():
     """As the Ansible smoke module loads it on a host: by path, in an isolated interpreter (-I: no
     PYTHONPATH, no user site), where `kdtree_verify` is not importable at all."""
-    path = EXT_DIR / "kdtree_verify" / "marker.py"
+    path = EXT_DIR / "kdtree_verify" / "telemetry" / "marker.py"
     res = subprocess.run(
         [sys.executable, "-I", "-c", STANDALONE, str(path)],
         capture_output=True,

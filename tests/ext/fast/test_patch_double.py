@@ -8,8 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 from extlib import FakeTensor, RecordingPool
-from kdtree_verify import dispatch, kernel, lifecycle
-from kdtree_verify.shapes import HEAD_DIM_QK, HEAD_DIM_V
+from kdtree_verify import dispatch
+from kdtree_verify.inject import lifecycle
+from kdtree_verify.kernel import binding as kernel
+from kdtree_verify.kernel.shapes import HEAD_DIM_QK, HEAD_DIM_V
 
 tb = pytest.importorskip("sglang.srt.layers.attention.triton_backend")
 from sglang.srt.layers.radix_attention import AttentionType, RadixAttention  # noqa: E402
@@ -145,7 +147,7 @@ def test_off_is_the_default_and_never_patches(libs, monkeypatch):
 def test_every_library_failure_falls_back_and_leaves_the_original(libs, monkeypatch, lib_key, reason_part):
     monkeypatch.setenv("KDTREE_VERIFY", "on")
     monkeypatch.setenv("KDTREE_LIB", str(libs[lib_key]))
-    st = lifecycle.install(tb)  # the real kdtree_verify.kernel binding
+    st = lifecycle.install(tb)  # the real binding, kdtree_verify.kernel.binding
     assert st["state"] == "fallback" and reason_part in st["reason"], st
     assert tb.TritonAttnBackend.__dict__["forward_extend"] is ORIGINAL
 
@@ -186,7 +188,7 @@ def test_a_missing_kernel_binding_is_a_fallback_reason(libs, monkeypatch):
     monkeypatch.setenv("KDTREE_LIB", str(libs["good"]))
 
     def no_binding():
-        raise ImportError("No module named 'kdtree_verify.kernel'")
+        raise ImportError("No module named 'kdtree_verify.kernel.binding'")
 
     monkeypatch.setattr(lifecycle, "load_binding", no_binding)
     st = lifecycle.install(tb)
@@ -383,7 +385,7 @@ def test_an_exception_while_checking_a_call_sends_it_to_the_original_not_the_ker
 
 
 class _FakeValidateStats:
-    """kdtree_verify.validate without torch: records what the dispatch hands it."""
+    """kdtree_verify.telemetry.validate without torch: records what the dispatch hands it."""
 
     def __init__(self, device, tol):
         self.records = []
@@ -406,7 +408,7 @@ def validating(libs, monkeypatch):
     fake = SimpleNamespace(
         ValidateStats=_FakeValidateStats, is_capturing=lambda device: False, rel_tol_for=lambda kv_dtype: 0.0
     )
-    monkeypatch.setitem(sys.modules, "kdtree_verify.validate", fake)
+    monkeypatch.setitem(sys.modules, "kdtree_verify.telemetry.validate", fake)
     monkeypatch.setenv("KDTREE_VERIFY", "validate")
     monkeypatch.setenv("KDTREE_LIB", str(libs["good"]))
     binding = Binding()
@@ -432,7 +434,7 @@ def test_a_kernel_exception_in_validate_mode_returns_tritons_output_and_falls_ba
 
 
 def _published(status_dir) -> dict:
-    from kdtree_verify import publish
+    from kdtree_verify.telemetry import publish
 
     pub = publish.current()
     assert pub is not None  # started by the install, KDTREE_STATUS_DIR being set

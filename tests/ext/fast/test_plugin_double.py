@@ -16,7 +16,8 @@ from types import SimpleNamespace
 
 import pytest
 from extlib import RecordingPool
-from kdtree_verify import importhook, lifecycle, marker
+from kdtree_verify.inject import importhook, lifecycle
+from kdtree_verify.telemetry import marker
 
 tb = pytest.importorskip("sglang.srt.layers.attention.triton_backend")
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend  # noqa: E402
@@ -86,7 +87,7 @@ def registry(monkeypatch) -> PublicOnlyHookRegistry:
 @pytest.fixture
 def plugin():
     """A fresh plugin module: register() acts once per process, so each test gets its own process state."""
-    from kdtree_verify import plugin as module
+    from kdtree_verify.inject import plugin as module
 
     return importlib.reload(module)
 

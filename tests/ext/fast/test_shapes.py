@@ -1,4 +1,4 @@
-"""The absorbed-MLA head dims live in kdtree_verify.shapes only: the C header agrees with it, and no
+"""The absorbed-MLA head dims live in kdtree_verify.kernel.shapes only: the C header agrees with it, and no
 other Python file of the package or of tests/ext writes the numbers itself."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import re
 from pathlib import Path
 
 from extlib import EXT_DIR, ROOT
-from kdtree_verify import shapes
+from kdtree_verify.kernel import shapes
 
 HEADER = ROOT / "files" / "csrc" / "kdtree_verify.h"
-SHAPES_PY = EXT_DIR / "kdtree_verify" / "shapes.py"
+SHAPES_PY = EXT_DIR / "kdtree_verify" / "kernel" / "shapes.py"
 
 
 def header_defines(path: Path) -> dict[str, int]:

@@ -17,8 +17,9 @@ from types import SimpleNamespace
 
 import pytest
 from extlib import EXT_DIR
-from kdtree_verify import config, counters, marker, metrics, promclient, publish, statusdir
+from kdtree_verify import config
 from kdtree_verify.state import STATE
+from kdtree_verify.telemetry import counters, marker, metrics, promclient, publish, statusdir
 
 PKG_DIR = EXT_DIR / "kdtree_verify"
 
@@ -555,7 +556,7 @@ def test_the_summary_sums_the_device_counts_of_the_processes_that_have_them():
 
 def test_status_runs_by_path_without_the_package(tmp_path):
     (tmp_path / "12.json").write_text(json.dumps(doc(pid=12)))
-    script = str(PKG_DIR / "statusdir.py")
+    script = str(PKG_DIR / "telemetry" / "statusdir.py")
     env = {"PATH": os.environ.get("PATH", "")}
     prom = subprocess.run(
         [sys.executable, "-I", script, "--dir", str(tmp_path), "--prom"],
@@ -572,6 +573,19 @@ def test_status_runs_by_path_without_the_package(tmp_path):
         capture_output=True,
         text=True,
         check=True,
+    )
+    assert json.loads(out.stdout)["kernel_calls"] == 7
+
+
+def test_the_documented_command_python_m_kdtree_verify_statusdir_reads_a_directory(tmp_path):
+    (tmp_path / "12.json").write_text(json.dumps(doc(pid=12)))
+    out = subprocess.run(
+        [sys.executable, "-m", "kdtree_verify.statusdir", "--dir", str(tmp_path), "--json"],
+        env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(PKG_DIR.parent)},
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
     )
     assert json.loads(out.stdout)["kernel_calls"] == 7
 

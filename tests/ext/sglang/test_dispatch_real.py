@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from kdtree_verify import kernel, lifecycle
-from kdtree_verify.reference import ReferenceKernel
+from kdtree_verify.inject import lifecycle
+from kdtree_verify.kernel import binding as kernel
+from kdtree_verify.kernel.reference import ReferenceKernel
 from verify_cases import QK, VD, make_case
 
 tb = pytest.importorskip("sglang.srt.layers.attention.triton_backend")
@@ -159,7 +160,7 @@ def test_the_status_file_carries_the_real_validate_statistics_and_counters(case,
     import json
     import os
 
-    from kdtree_verify import publish
+    from kdtree_verify.telemetry import publish
 
     status_dir = tmp_path / "status"
     status_dir.mkdir(mode=0o755)
@@ -215,7 +216,7 @@ def test_a_dflash_shaped_call_validates_without_mismatches(dflash_case, libs, mo
 
 def test_the_causal_reference_differs_from_a_full_draft_block(dflash_case):
     """The no-mask path is really causal: an all-visible draft block gives another answer."""
-    from kdtree_verify.reference import verify_attention_reference
+    from kdtree_verify.kernel.reference import verify_attention_reference
 
     kwargs = dflash_case.ref_kwargs()
     causal = verify_attention_reference(**kwargs)

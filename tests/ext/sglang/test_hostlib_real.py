@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from extlib import ROOT
-from kdtree_verify import lifecycle
+from kdtree_verify.inject import lifecycle
 from kdtree_verify.state import STATE
 from verify_cases import QK, VD, make_case
 
@@ -61,7 +61,7 @@ def run_fp32(case, mode, slots=SLOTS, triton=None):
 def install(monkeypatch, lib, mode):
     monkeypatch.setenv("KDTREE_VERIFY", mode)
     monkeypatch.setenv("KDTREE_LIB", str(lib))
-    st = lifecycle.install(tb)  # the real binding (kdtree_verify.kernel) and the real .so
+    st = lifecycle.install(tb)  # the real binding (kdtree_verify.kernel.binding) and the real .so
     assert st["state"] == "active", st
 
 

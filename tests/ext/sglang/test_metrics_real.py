@@ -2,9 +2,9 @@
 
 SGLang 0.5.23 sets PROMETHEUS_MULTIPROC_DIR in the launcher and serves /metrics from
 `add_prometheus_middleware`'s MultiProcessCollector over that directory. Here a spawned process (as a
-scheduler is) publishes through `kdtree_verify.promclient.Mirror` into the directory it inherited, and
-SGLang's own /metrics route, called as the HTTP server would, must serve those samples with each
-process's pid, beside a counter that SGLang-style code made in another process.
+scheduler is) publishes through `kdtree_verify.telemetry.promclient.Mirror` into the directory it
+inherited, and SGLang's own /metrics route, called as the HTTP server would, must serve those samples
+with each process's pid, beside a counter that SGLang-style code made in another process.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ EXT_DIR = Path(__file__).resolve().parents[3] / "files" / "sglang_ext"
 
 SCHEDULER = """
 import json, os, sys
-from kdtree_verify import promclient
+from kdtree_verify.telemetry import promclient
 assert promclient.wanted()
 doc = json.loads(sys.argv[1])
 doc["pid"] = os.getpid()

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-import shutil
 import sys
 
-from extlib import EXT_DIR, clean_env, run_python
+from distlib import pip_install_target
+from extlib import clean_env, run_python
 
 MARKER = re.compile(r"^kdtree-verify: pid=(\d+) .* state=(\w+) ", re.M)
 CHECK = """
@@ -25,16 +25,9 @@ print("status:", kdtree_verify.status()["state"], kdtree_verify.status()["via"])
 
 
 def _plugin_dir(tmp_path):
-    """kdtree_verify installed like a distribution with the entry point, no sitecustomize."""
-    site = tmp_path / "site"
-    shutil.copytree(EXT_DIR / "kdtree_verify", site / "kdtree_verify")
-    dist = site / "kdtree_verify-0.0.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: kdtree-verify\nVersion: 0.0.0\n")
-    (dist / "entry_points.txt").write_text(
-        "[sglang.srt.plugins]\nkdtree_verify = kdtree_verify.plugin:register\n"
-    )
-    return site
+    """files/sglang_ext pip-installed into a directory (the distribution with its entry point, no
+    sitecustomize), built by this venv's setuptools."""
+    return pip_install_target(tmp_path / "site", tmp_path, build_isolation=False)
 
 
 def test_plugin_entry_point_wraps_forward_extend_and_reports_active(libs, tmp_path):

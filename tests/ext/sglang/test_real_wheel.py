@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 from extlib import EXT_DIR, clean_env
-from kdtree_verify import kernel, lifecycle, marker
-from kdtree_verify.reference import verify_attention_reference
+from kdtree_verify.inject import lifecycle
+from kdtree_verify.kernel import binding as kernel
+from kdtree_verify.kernel.reference import verify_attention_reference
+from kdtree_verify.telemetry import marker
 from verify_cases import VD, make_case
 
 tb = pytest.importorskip("sglang.srt.layers.attention.triton_backend")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from kdtree_verify.reference import tree_mask
-from kdtree_verify.shapes import HEAD_DIM_QK as QK
-from kdtree_verify.shapes import HEAD_DIM_V as VD
+from kdtree_verify.kernel.reference import tree_mask
+from kdtree_verify.kernel.shapes import HEAD_DIM_QK as QK
+from kdtree_verify.kernel.shapes import HEAD_DIM_V as VD
 
 
 @dataclass

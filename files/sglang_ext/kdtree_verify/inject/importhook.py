@@ -82,7 +82,7 @@ def _report(headline: str) -> None:
     except Exception:
         return
     try:
-        from kdtree_verify.marker import say
+        from kdtree_verify.telemetry.marker import say
     except Exception:  # the package itself may be what is broken
         try:
             sys.stderr.write(text)
@@ -115,7 +115,7 @@ def is_installed(name: str | None = None) -> bool:
 
 
 def _apply_patch(module: ModuleType) -> None:
-    from kdtree_verify import lifecycle
+    from kdtree_verify.inject import lifecycle
 
     lifecycle.install(module)
 

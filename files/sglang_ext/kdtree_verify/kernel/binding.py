@@ -28,7 +28,7 @@ import os
 import threading
 from typing import Any
 
-from kdtree_verify.shapes import HEAD_DIM_QK, HEAD_DIM_V
+from kdtree_verify.kernel.shapes import HEAD_DIM_QK, HEAD_DIM_V
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ def _open(path: str) -> tuple[ctypes.CDLL, dict[str, Any]]:
         raise KernelUnavailable(f"library path is not absolute: {path}")
     if not os.path.isfile(path):
         raise KernelUnavailable(f"library not found: {path}")
-    from kdtree_verify import libfile  # ELF header and size before dlopen: no SIGBUS on a cut file
+    from kdtree_verify.kernel import libfile  # ELF header and size before dlopen: no SIGBUS on a cut file
 
     if problem := libfile.problem(path):
         raise KernelUnavailable(problem)

@@ -29,7 +29,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from kdtree_verify import metrics
+from kdtree_verify.telemetry import metrics
 
 logger = logging.getLogger(__name__)
 

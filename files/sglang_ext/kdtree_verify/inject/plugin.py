@@ -22,7 +22,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from kdtree_verify import dispatch, importhook, lifecycle
+from kdtree_verify import dispatch
+from kdtree_verify.inject import importhook, lifecycle
 from kdtree_verify.target import TARGET_ATTR, TARGET_CLASS, TARGET_MODULE
 
 logger = logging.getLogger(__name__)

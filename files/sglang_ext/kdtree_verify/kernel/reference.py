@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from kdtree_verify.shapes import HEAD_DIM_V
+from kdtree_verify.kernel.shapes import HEAD_DIM_V
 
 
 def tree_mask(parents: list[int]) -> torch.Tensor:
@@ -106,7 +106,7 @@ class ReferenceKernel:
     It serves every float dtype on any device (`serves`, as a library's capability query says)."""
 
     def __init__(self) -> None:
-        from kdtree_verify.kernel import Serves
+        from kdtree_verify.kernel.binding import Serves
 
         floats = ["bfloat16", "float16", "float32"]
         self.serves = Serves(floats, [*floats, "float8_e4m3fn"], ["cuda", "host"])

@@ -8,11 +8,11 @@ library is checked with a plain dlopen + ABI check (`kernel.probe_library`); tor
 are loaded on the first verify call (by the dispatch). Any failure leaves or puts back the original
 method and says why, never raises into SGLang.
 
-Plugin mode (`kdtree_verify.plugin`): SGLang's HookRegistry owns the class attribute; the plugin
+Plugin mode (`kdtree_verify.inject.plugin`): SGLang's HookRegistry owns the class attribute; the plugin
 hands its hook registration and its "is the hook in effect" check to `start_plugin_mode()` and
 reports the first backend with `report_first_backend()`.
 
-Every outcome prints the marker once per process (`kdtree_verify.marker`).
+Every outcome prints the marker once per process (`kdtree_verify.telemetry.marker`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
-from kdtree_verify import config, dispatch, marker, publish
+from kdtree_verify import config, dispatch
 from kdtree_verify.state import LOCK, STATE
 from kdtree_verify.target import (
     EXPECTED_PARAMS,
@@ -32,13 +32,14 @@ from kdtree_verify.target import (
     TARGET_CLASS,
     TARGET_MODULE,
 )
+from kdtree_verify.telemetry import marker, publish
 
 logger = logging.getLogger(__name__)
 
 
 def load_binding() -> Any:
-    """The real kernel binding, `kdtree_verify.kernel` (imported on demand: it needs ctypes)."""
-    from kdtree_verify import kernel
+    """The real kernel binding, `kdtree_verify.kernel.binding` (imported on demand: it needs ctypes)."""
+    from kdtree_verify.kernel import binding as kernel
 
     return kernel
 
@@ -112,7 +113,7 @@ def install(
     """Put the wrapper on the class (idempotent, thread-safe). Returns status().
 
     `module` is the imported triton_backend module (imported here when None). `binding` is the
-    kernel binding (default: `kdtree_verify.kernel`); tests pass another object with the same
+    kernel binding (default: `kdtree_verify.kernel.binding`); tests pass another object with the same
     interface. Never raises: every problem ends in state=fallback with a reason.
     """
     with LOCK:

@@ -1,6 +1,6 @@
 """The status publisher: one daemon thread per patched process that keeps `$KDTREE_STATUS_DIR/<pid>.json`
 and `<pid>.prom` current (docs/CONTRACTS.md section 3b), and SGLang's /metrics when it runs with
-``--enable-metrics`` (`kdtree_verify.promclient`).
+``--enable-metrics`` (`kdtree_verify.telemetry.promclient`).
 
 Started by the lifecycle once the install (or plugin-mode report) has printed the marker, in that
 process only: never at interpreter start-up. It writes at once, then every KDTREE_STATUS_INTERVAL
@@ -20,8 +20,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from kdtree_verify import config, counters, marker, metrics, promclient
+from kdtree_verify import config
 from kdtree_verify.state import STATE
+from kdtree_verify.telemetry import counters, marker, metrics, promclient
 
 logger = logging.getLogger(__name__)
 
