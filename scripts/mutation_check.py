@@ -33,9 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 EXT = "files/sglang_ext"
 PKG = f"{EXT}/kdtree_verify"
 SMOKE = "plugins/modules/kdtree_smoke.py"
-REPORT = "plugins/module_utils/_report.py"
+REPORT = "plugins/module_utils/_report.py"  # the host side (the kdtree_report module's)
+REPORT_TABLE = "plugins/plugin_utils/_report_table.py"  # the controller side: rows and the table
 REPORT_TESTS = "tests/roles/test_report.py"
-PROMOTE = "plugins/module_utils/_promote.py"
+PROMOTE = "plugins/plugin_utils/_promote.py"
 PROMOTE_RULES = "tests/roles/test_promote.py::test_each_rule_keeps_the_host_in_validate_and_says_why"
 # Untracked links into /work/main in a worktree: never copied (the run uses this venv's pytest).
 SKIP_TOP = {".venv", ".cache", ".git"}
@@ -147,7 +148,7 @@ MUTANTS = (
     ),
     Mutant(
         "report-host-without-row",
-        REPORT,
+        REPORT_TABLE,
         "rows",
         r'out\.append\(\{"host": host, "errors": \[why\], "problems": \[why\]\}\)',
         "pass",

@@ -1,22 +1,21 @@
-"""The fleet report: what one host runs now, read without changing anything, and its table line.
+"""The fleet report's host side: what one host runs now, read without changing anything.
 
-gather() is the host side (the kdtree_report module): the unit's state (`systemctl show` through
+gather() is the kdtree_report module's work: the unit's state (`systemctl show` through
 unit_env.systemctl_show), the health answer and who holds its port, the deploy history
 (history.load, the one reader of its format), the patch's status files of the unit's live processes
 (`<status_dir>/<pid>.json`), the main process's NCCL_* environment and command line, and the GPU's
 compute capability. Every host read goes through a HostReader, so tests hand it a fake; every
-command it runs has a timeout. Nothing is written.
+command it runs has a timeout. Nothing is written. This file is the one owner of a row's fields.
 
-format_table() and rows() are the controller side (the kdtree_report_table and kdtree_report_rows
-filters): one fixed-width line per host, from the rows gather() returned. This file is the one
-owner of the report's fields and its table format.
+The table that shows the rows is the controller's (plugins/plugin_utils/_report_table.py); this
+file travels to the hosts and imports module_utils only.
 
 Status files are written by the patch (kdtree_verify/marker.py) and grow new fields over time; every
 field is optional here and a file of an older patch is read as far as it goes. A file counts only
 when its pid is a live process of the unit (the unit's cgroup) that started before the file was
 written; the others are stale (an earlier run, or a reused pid): ignored and counted.
 
-Stdlib only (the module runs it on the host; the filter on the controller).
+Stdlib only (the module runs it on the host).
 """
 
 from __future__ import annotations
@@ -161,7 +160,8 @@ def _when(entry: dict[str, Any]) -> str:
     return str(entry.get("ended") or entry.get("started") or "")
 
 
-def _short(text: Any, limit: int = SHORT_WHY) -> str:
+def short(text: Any, limit: int = SHORT_WHY) -> str:
+    """`text` on one line, cut to `limit` characters (the report's short why)."""
     line = " ".join(str(text or "").split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
@@ -173,7 +173,7 @@ def deploy_summary(entry: dict[str, Any] | None) -> dict[str, Any] | None:
         "id": entry.get("id", ""),
         "result": entry.get("result", ""),
         "rolled_back_to": entry.get("rolled_back_to", ""),
-        "why": _short(entry.get("why")),
+        "why": short(entry.get("why")),
         "when": _when(entry),
         "started": str(entry.get("started") or ""),
         "build_id": entry.get("build_id", ""),
@@ -292,7 +292,7 @@ def summarize_status(files: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def scheduler_details(reader: HostReader, files: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per scheduler status file, by pid: what a promotion judges (module_utils/_promote.py: its
+    """Per scheduler status file, by pid: what a promotion judges (plugin_utils/_promote.py: its
     process's start (epoch s, None when unreadable), the file's `since` and `updated`, its mode and
     state, its validate statistics and runtime fallbacks) and what the table's scheduler lines show
     (its kernel calls and calls sent to the original, with the top reason). A field is None where
@@ -370,10 +370,10 @@ def _nccl(
 def command_error(exc: Exception) -> str:
     """A failed or timed-out host command, in one short line."""
     if isinstance(exc, subprocess.CalledProcessError):
-        return _short(f"rc={exc.returncode} {exc.stderr or ''}", 120)
+        return short(f"rc={exc.returncode} {exc.stderr or ''}", 120)
     if isinstance(exc, subprocess.TimeoutExpired):
         return f"no answer within {exc.timeout:g} s"
-    return _short(exc, 120)
+    return short(exc, 120)
 
 
 def _gpu(reader: HostReader, query: Query, entry: dict[str, Any] | None, errors: list[str]) -> dict[str, str]:
@@ -513,144 +513,3 @@ def problems_of(row: dict[str, Any]) -> list[str]:
     if last.get("result") in ("rolled_back", "running"):
         out.append(f"last deploy {last['result']}")
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# the controller: rows of every host, the table
-
-
-def rows(results: list[Any], hosts: list[str]) -> list[dict[str, Any]]:
-    """One row per host, in `hosts` order, from each host's registered module result; a host
-    without a row (unreachable, failed before the report) gets one that says so."""
-    out = []
-    for host, result in zip(hosts, results, strict=True):
-        result = result if isinstance(result, dict) else {}
-        row = result.get("row")
-        if isinstance(row, dict):
-            out.append({**row, "host": host})
-            continue
-        if result.get("unreachable"):
-            why = f"unreachable: {_short(result.get('msg'))}"
-        elif result.get("failed"):
-            why = f"report failed: {_short(result.get('msg'))}"
-        else:
-            why = "no report (the host failed or was skipped earlier in this run)"
-        out.append({"host": host, "errors": [why], "problems": [why]})
-    return out
-
-
-def _count(value: Any) -> str:
-    return NONE if value is None else str(value)
-
-
-def _cells(row: dict[str, Any]) -> dict[str, str]:
-    if "unit" not in row:  # no row from the host (rows() made one): only its name and why
-        return {
-            "host": str(row.get("host") or "?"),
-            "ok": "CHECK",
-            "notes": "; ".join(row.get("problems") or []),
-        }
-    arch, cc = row.get("arch"), row.get("compute_capability")
-    expected = row.get("schedulers_expected")
-    fallbacks = _count(row.get("fallbacks"))
-    if row.get("fallback_top_reason"):
-        fallbacks += f" ({row['fallback_top_reason']})"
-    validate = NONE
-    if row.get("validate_compared") is not None or row.get("validate_mismatches") is not None:
-        validate = f"{_count(row.get('validate_mismatches'))}/{_count(row.get('validate_compared'))}"
-        if row.get("validate_max_diff") is not None:
-            validate += f" max {row['validate_max_diff']:.2g}"
-    last = row.get("last_deploy") or {}
-    last_text = NONE
-    if last:
-        last_text = str(last.get("result") or "?")
-        if last.get("rolled_back_to"):
-            last_text += f"->{str(last['rolled_back_to']).split()[0]}"
-        last_text += f" {last.get('when') or '?'}"
-        if last.get("why") and last.get("result") != "healthy":
-            last_text += f" {last['why']}"
-    health = row.get("health") or NONE
-    if row.get("node_rank"):
-        health = f"{health} (rank {row['node_rank']}: schedulers decide)"
-    nccl = {True: "ok", False: "DIFF", None: NONE}[row.get("nccl_env_ok")]
-    return {
-        "host": str(row.get("host") or "?"),
-        "ok": "ok" if not row.get("problems") else "CHECK",
-        "gpu": "/".join(x for x in (arch, cc) if x) or NONE,
-        "build": row.get("build_id") or NONE,
-        "patch": row.get("patch_digest") or NONE,
-        "mode": row.get("mode") or NONE,
-        "unit": row.get("unit_state") or NONE,
-        "health": health,
-        "patched": f"{row.get('schedulers_patched', 0)}/{expected if expected else NONE}",
-        "kernel": _count(row.get("kernel_calls")),
-        "fallbacks": fallbacks,
-        "rt_fb": _count(row.get("runtime_fallbacks")),
-        "validate": validate,
-        "nccl": nccl,
-        "last": last_text,
-        "notes": "; ".join(row.get("problems") or []) or NONE,
-    }
-
-
-# (key, header) in table order; the last column is not padded.
-COLUMNS = (
-    ("host", "HOST"),
-    ("ok", "OK"),
-    ("gpu", "GPU"),
-    ("build", "BUILD"),
-    ("patch", "PATCH"),
-    ("mode", "MODE"),
-    ("unit", "UNIT"),
-    ("health", "HEALTH"),
-    ("patched", "PATCHED"),
-    ("kernel", "KERNEL"),
-    ("fallbacks", "FALLBACKS"),
-    ("rt_fb", "RT_FB"),
-    ("validate", "VALIDATE(mis/cmp)"),
-    ("nccl", "NCCL"),
-    ("last", "LAST DEPLOY"),
-    ("notes", "NOTES"),
-)
-
-
-def _scheduler_cells(item: dict[str, Any]) -> dict[str, str]:
-    """A scheduler's line under its host: its title and pid, its mode and marker state, and its own
-    kernel calls, calls sent to the original (top reason), runtime fallbacks and validate counts."""
-    title = str(item.get("title") or "scheduler").removeprefix("sglang::")
-    fallbacks = _count(item.get("fallbacks"))
-    if item.get("fallback_top_reason"):
-        fallbacks += f" ({item['fallback_top_reason']})"
-    validate = ""
-    if item.get("compared") is not None or item.get("mismatches") is not None:
-        validate = f"{_count(item.get('mismatches'))}/{_count(item.get('compared'))}"
-    blank = {key: "" for key, _ in COLUMNS}
-    return {
-        **blank,
-        "host": f"  {title} pid {item.get('pid', '?')}",
-        "mode": str(item.get("mode") or NONE),
-        "patched": str(item.get("state") or NONE),
-        "kernel": _count(item.get("kernel_calls")),
-        "fallbacks": fallbacks,
-        "rt_fb": _count(item.get("runtime_fallbacks")),
-        "validate": validate,
-    }
-
-
-def format_table(table_rows: list[dict[str, Any]]) -> str:
-    """A header line and one fixed-width line per row (columns as wide as their widest cell); under a
-    host whose row lists its live schedulers (`schedulers`), one indented line per scheduler with
-    its own counts (KERNEL: that scheduler's kernel calls)."""
-    cells = []
-    for row in table_rows:
-        cells.append(_cells(row))
-        if "unit" in row:
-            cells.extend(_scheduler_cells(s) for s in row.get("schedulers") or [] if isinstance(s, dict))
-    keys = [key for key, _ in COLUMNS]
-    widths = {key: max([len(head)] + [len(c.get(key, NONE)) for c in cells]) for key, head in COLUMNS}
-
-    def line(values: dict[str, str]) -> str:
-        parts = [values.get(k, NONE).ljust(widths[k]) for k in keys[:-1]] + [values.get(keys[-1], NONE)]
-        return "  ".join(parts).rstrip()
-
-    return "\n".join([line(dict(COLUMNS)), *(line(c) for c in cells)])

@@ -1,4 +1,5 @@
-"""The fleet report (module_utils/_report, module kdtree_report, filters, role kdtree_report, playbook).
+"""The fleet report (module_utils/_report: the host side, module kdtree_report; plugin_utils/_report_table:
+the rows and the table, filters; role kdtree_report, playbook).
 
 The host side runs against fixtures: a temporary status directory with files of live and stale
 pids, a fake `systemctl show` output, a cgroup.procs file, a history file, real child processes
@@ -31,6 +32,7 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import (
     _unit_env as unit_env,
 )
 from ansible_collections.kdtree.fleet.plugins.modules import kdtree_report
+from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
 from conftest import ROOT
 
 PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
@@ -498,7 +500,7 @@ def test_the_table_has_a_column_per_field_and_one_aligned_line_per_host():
     ]
     table = report_filter.kdtree_report_table(rows)
     header, first, second = table.splitlines()
-    heads = [head for _, head in report.COLUMNS]
+    heads = [head for _, head in report_table.COLUMNS]
     assert re.split(r"\s{2,}", header) == heads
     starts = [header.index(head) for head in heads]
     for line in (first, second):
@@ -561,7 +563,7 @@ def test_under_each_host_every_scheduler_has_a_line_with_its_own_kernel_calls():
         _row("gpu-1", mode="on", kernel_calls=21, schedulers=schedulers),
         _row("gpu-2", schedulers=[]),
     ]
-    lines = report.format_table(rows).splitlines()
+    lines = report_table.format_table(rows).splitlines()
     assert len(lines) == 1 + 3 + 1, lines
     header, host, tp0, tp1, other = lines
     assert host.startswith("gpu-1 ") and other.startswith("gpu-2 ")
@@ -586,7 +588,7 @@ def test_rows_keep_the_hosts_order_and_give_every_host_a_row():
     assert "failed or was skipped" in rows[2]["problems"][0] and rows[3]["problems"] == [
         "report failed: boom"
     ]
-    lines = report.format_table(rows).splitlines()
+    lines = report_table.format_table(rows).splitlines()
     assert len(lines) == 5 and lines[2].startswith("b ") and "unreachable: ssh" in lines[2]
     json.dumps(rows)
     with pytest.raises(Exception, match="2 results for 1 hosts"):
