@@ -7,6 +7,10 @@ unit_env.systemctl_show), the health answer and who holds its port, the deploy h
 compute capability. Every host read goes through a HostReader, so tests hand it a fake; every
 command it runs has a timeout. Nothing is written. This file is the one owner of a row's fields.
 
+A zero kernel count comes with why (kernel_note(): mode off, no --speculative-algorithm on the
+unit's command line, no call reached the patch yet, every call went to the original code), from
+what the host itself shows.
+
 The table that shows the rows is the controller's (plugins/plugin_utils/_report_table.py); this
 file travels to the hosts and imports module_utils only.
 
@@ -45,6 +49,10 @@ BUILD_INFO = "BUILD_INFO"
 SHORT_DIGEST = 12
 SHORT_WHY = 60
 NONE = "-"
+# SGLang's flag that turns speculative decoding (and so verify calls) on; argparse accepts any
+# prefix of it down to SPECULATIVE_FLAG_PREFIX (shorter ones are ambiguous: --speculative-accept-...).
+SPECULATIVE_FLAG = "--speculative-algorithm"
+SPECULATIVE_FLAG_PREFIX = "--speculative-al"
 
 
 @dataclass
@@ -291,12 +299,15 @@ def summarize_status(files: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def scheduler_details(reader: HostReader, files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def scheduler_details(
+    reader: HostReader, files: list[dict[str, Any]], speculative: str | None = None
+) -> list[dict[str, Any]]:
     """Per scheduler status file, by pid: what a promotion judges (plugin_utils/_promote.py: its
     process's start (epoch s, None when unreadable), the file's `since` and `updated`, its mode and
     state, its validate statistics and runtime fallbacks) and what the table's scheduler lines show
-    (its kernel calls and calls sent to the original, with the top reason). A field is None where
-    the file has no such field."""
+    (its kernel calls, with why when 0 (kernel_note(); `speculative` is the unit's
+    speculative_algorithm()), and calls sent to the original, with the top reason). A field is None
+    where the file has no such field."""
     out = []
     for item in sorted(files, key=lambda f: f["pid"]):
         counters = item.get("counters") if isinstance(item.get("counters"), dict) else {}
@@ -305,9 +316,18 @@ def scheduler_details(reader: HostReader, files: list[dict[str, Any]]) -> list[d
         if runtime is None and "runtime_fallback" in item:
             runtime = 1 if item.get("runtime_fallback") else 0
         own = summarize_status([item])
+        why, note = kernel_note(
+            own["kernel_calls"],
+            own["fallbacks"],
+            own["validate_compared"],
+            str(item.get("mode") or ""),
+            speculative,
+        )
         out.append(
             {
                 "kernel_calls": own["kernel_calls"],
+                "kernel_calls_why": why,
+                "kernel_calls_note": note,
                 "fallbacks": own["fallbacks"],
                 "fallback_top_reason": own["fallback_top_reason"],
                 "pid": item["pid"],
@@ -337,6 +357,57 @@ def node_rank(args: list[str]) -> int:
         if value is not None:
             return int(value) if value.isdigit() else 0
     return 0
+
+
+def speculative_algorithm(args: list[str]) -> str | None:
+    """--speculative-algorithm of an SGLang launch command line: its value, "" when the line is an
+    SGLang launch without it (SGLang then runs no speculative decoding, so no verify call), None
+    when the line cannot say (unreadable, not an SGLang launch such as a shell wrapper, or a
+    --config file that may set it). argparse's unambiguous abbreviations (--speculative-al...) count."""
+    launches = any(arg.endswith("sglang.launch_server") for arg in args) or any(
+        os.path.basename(arg) == "sglang" and i + 1 < len(args) and args[i + 1] == "serve"
+        for i, arg in enumerate(args)
+    )
+    if not launches:
+        return None
+    found = ""
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name == "--config" or (name.startswith("--conf") and "--config".startswith(name)):
+            return None
+        if len(name) >= len(SPECULATIVE_FLAG_PREFIX) and SPECULATIVE_FLAG.startswith(name):
+            found = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            found = found or "?"  # the flag without a value: on, algorithm unknown
+    return found
+
+
+def kernel_note(
+    kernel_calls: int | None,
+    fallbacks: int | None,
+    compared: int | None,
+    mode: str,
+    speculative: str | None,
+) -> tuple[str, str]:
+    """(why, note) for a kernel count of 0: a few words for the table's KERNEL cell and a sentence
+    for the JSON, from what the host shows, first that holds: mode off (the patch wraps nothing),
+    the unit's command line has no --speculative-algorithm (no verify call is expected), no call of
+    any kind reached the patch (no traffic yet), every call went to the original code (its top
+    reason). ("", "") for a count above 0, an unknown count, or a 0 none of these explains."""
+    if kernel_calls != 0:
+        return "", ""
+    if mode == "off":
+        return "mode off", "mode off: the patch wraps no call, so the kernel serves none"
+    if speculative == "":
+        return (
+            "no spec decoding",
+            "no speculative decoding (the unit's command line has no --speculative-algorithm): "
+            "no verify calls expected",
+        )
+    if fallbacks == 0 and not compared:
+        return "no traffic yet", "no call reached the patch since the schedulers started: no traffic sent yet"
+    if fallbacks:
+        return "all to original", f"all {fallbacks} calls went to the original code (see FALLBACKS)"
+    return "", ""
 
 
 def health_word(answer: str) -> str:
@@ -434,7 +505,9 @@ def gather(query: Query, reader: HostReader | None = None) -> dict[str, Any]:
     if expected is None and str((entry or {}).get("expected_schedulers", "")).isdigit():
         expected = int(entry["expected_schedulers"])
 
-    rank = node_rank(reader.cmdline(main_pid)) if main_pid else 0
+    command = reader.cmdline(main_pid) if main_pid else []
+    rank = node_rank(command)
+    speculative = speculative_algorithm(command)
     health = ""
     if query.health_url:
         health = health_word(reader.health(query.health_url))
@@ -447,6 +520,11 @@ def gather(query: Query, reader: HostReader | None = None) -> dict[str, Any]:
     gpu = _gpu(reader, query, entry, errors)
     running_builds = sorted({str(f["build_id"]) for f in scheduler_files if f.get("build_id")})
 
+    status = summarize_status(scheduler_files)
+    mode = str((entry or {}).get("mode", "")) if entry else ("stock" if entries else "")
+    kernel_why, kernel_text = kernel_note(
+        status["kernel_calls"], status["fallbacks"], status["validate_compared"], mode, speculative
+    )
     row: dict[str, Any] = {
         "host": query.host,
         "unit": f"{query.unit}.service",
@@ -455,13 +533,14 @@ def gather(query: Query, reader: HostReader | None = None) -> dict[str, Any]:
         "started": props.get("ExecMainStartTimestamp", ""),
         "health": health,
         "node_rank": rank,
+        "speculative_algorithm": speculative,
         "arch": gpu.get("arch", ""),
         "compute_capability": gpu.get("compute_capability", ""),
         "deployed": entry is not None,
         "build_id": str((entry or {}).get("build_id", "")),
         "running_build_ids": running_builds,
         "patch_digest": str((entry or {}).get("patch_digest", ""))[:SHORT_DIGEST],
-        "mode": str((entry or {}).get("mode", "")) if entry else ("stock" if entries else ""),
+        "mode": mode,
         "marker_state": wanted_state,
         "schedulers_running": len(schedulers),
         "schedulers_patched": patched,
@@ -469,10 +548,12 @@ def gather(query: Query, reader: HostReader | None = None) -> dict[str, Any]:
         "status_dir": status_dir,
         "status_files": len(files),
         "status_files_stale": stale,
-        **summarize_status(scheduler_files),
+        **status,
+        "kernel_calls_why": kernel_why,
+        "kernel_calls_note": kernel_text,
         "nccl_env_ok": nccl_ok,
         "nccl_env_diff": nccl_diff,
-        "schedulers": scheduler_details(reader, scheduler_files),
+        "schedulers": scheduler_details(reader, scheduler_files, speculative),
         "current_deploy": deploy_summary(entry),
         "last_deploy": deploy_summary(last),
         "last_good": deploy_summary(good),
