@@ -156,6 +156,15 @@ MUTANTS = (
         "the fleet report leaves out an unreachable host instead of a row that says so",
     ),
     Mutant(
+        "report-zero-without-why",
+        REPORT,
+        "kernel_note",
+        r'if speculative == "":',
+        "if False:",
+        (REPORT_TESTS, "-k", "says_why"),
+        "the fleet report shows a bare 0 for a unit that runs no speculative decoding",
+    ),
+    Mutant(
         "promote-stale-statistics",
         PROMOTE,
         "_current_run",
