@@ -33,9 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 EXT = "files/sglang_ext"
 PKG = f"{EXT}/kdtree_verify"
 SMOKE = "plugins/modules/kdtree_smoke.py"
-REPORT = "plugins/module_utils/_report.py"
+REPORT = "plugins/module_utils/_report.py"  # the host side (the kdtree_report module's)
+REPORT_TABLE = "plugins/plugin_utils/_report_table.py"  # the controller side: rows and the table
 REPORT_TESTS = "tests/roles/test_report.py"
-PROMOTE = "plugins/module_utils/_promote.py"
+PROMOTE = "plugins/plugin_utils/_promote.py"
 PROMOTE_RULES = "tests/roles/test_promote.py::test_each_rule_keeps_the_host_in_validate_and_says_why"
 # Untracked links into /work/main in a worktree: never copied (the run uses this venv's pytest).
 SKIP_TOP = {".venv", ".cache", ".git"}
@@ -147,12 +148,21 @@ MUTANTS = (
     ),
     Mutant(
         "report-host-without-row",
-        REPORT,
+        REPORT_TABLE,
         "rows",
         r'out\.append\(\{"host": host, "errors": \[why\], "problems": \[why\]\}\)',
         "pass",
         (REPORT_TESTS, "-k", "every_host"),
         "the fleet report leaves out an unreachable host instead of a row that says so",
+    ),
+    Mutant(
+        "report-zero-without-why",
+        REPORT,
+        "kernel_note",
+        r'if speculative == "":',
+        "if False:",
+        (REPORT_TESTS, "-k", "says_why"),
+        "the fleet report shows a bare 0 for a unit that runs no speculative decoding",
     ),
     Mutant(
         "promote-stale-statistics",

@@ -1,6 +1,6 @@
 """Filters of the promotion (playbooks/promote.yml): kdtree_promote_verdict and kdtree_promote_table.
 
-The rules are module_utils/_promote.py's (one owner); these filters only hand the play's data to it
+The rules are plugin_utils/_promote.py's (one owner); these filters only hand the play's data to it
 on the controller.
 """
 
@@ -9,22 +9,29 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kdtree.fleet.plugins.module_utils import _promote as promote
-from ansible_collections.kdtree.fleet.plugins.module_utils import _report as report
+from ansible_collections.kdtree.fleet.plugins.plugin_utils import _promote as promote
+from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
 
 
 def kdtree_promote_verdict(
-    result: Any, host: str, min_compared: Any = "", tolerance: Any = "", expected: Any = None
+    result: Any,
+    host: str,
+    min_compared: Any = "",
+    tolerance: Any = "",
+    expected: Any = None,
+    patch_source: Any = "",
 ) -> dict[str, Any]:
     """{host, qualified, why, min_compared, tolerance} from one host's registered kdtree_report
-    result. min_compared / tolerance "" take the defaults (promote.DEFAULT_MIN_COMPARED; the patch's
-    DEFAULT_TOL). expected: {build_id, patch_digest} the promotion's deploy would install, or None
-    (not compared)."""
-    row = report.rows([result if isinstance(result, dict) else {}], [str(host)])[0]
+    result. min_compared / tolerance "" take the defaults (promote.DEFAULT_MIN_COMPARED; the
+    DEFAULT_TOL of the patch under patch_source, the patch role's kdtree_patch_source_dir).
+    expected: {build_id, patch_digest} the promotion's deploy would install, or None (not compared)."""
+    row = report_table.rows([result if isinstance(result, dict) else {}], [str(host)])[0]
     if expected is not None and not isinstance(expected, dict):
         raise AnsibleFilterError("kdtree_promote_verdict: expected must be a dict (build_id, patch_digest)")
     try:
-        return promote.verdict(row, min_compared, tolerance, dict(expected) if expected else None)
+        return promote.verdict(
+            row, min_compared, tolerance, dict(expected) if expected else None, str(patch_source or "")
+        )
     except promote.PromoteError as exc:
         raise AnsibleFilterError(f"kdtree_promote_verdict: {exc}") from exc
 

@@ -1,7 +1,8 @@
 """Filters of the fleet report: kdtree_report_rows and kdtree_report_table.
 
-The fields and the table format are module_utils/_report.py's (one owner); these filters only
-hand the play's data to it on the controller.
+A row's fields are module_utils/_report.py's (the host side, module kdtree_report); the rows and
+the table are plugin_utils/_report_table.py's (one owner of the columns); these filters only hand
+the play's data to it on the controller.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kdtree.fleet.plugins.module_utils import _report as report
+from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
 
 
 def kdtree_report_rows(results: list[Any], hosts: list[str]) -> list[dict[str, Any]]:
@@ -18,14 +19,14 @@ def kdtree_report_rows(results: list[Any], hosts: list[str]) -> list[dict[str, A
     results, hosts = list(results), [str(h) for h in hosts]
     if len(results) != len(hosts):
         raise AnsibleFilterError(f"kdtree_report_rows: {len(results)} results for {len(hosts)} hosts")
-    return report.rows(results, hosts)
+    return report_table.rows(results, hosts)
 
 
 def kdtree_report_table(rows: list[dict[str, Any]]) -> str:
     """The fixed-width table: a header and one line per row."""
     if not isinstance(rows, list):
         raise AnsibleFilterError("kdtree_report_table: expects the list kdtree_report_rows returns")
-    return report.format_table([dict(row) for row in rows])
+    return report_table.format_table([dict(row) for row in rows])
 
 
 class FilterModule:

@@ -1,22 +1,25 @@
-"""The fleet report: what one host runs now, read without changing anything, and its table line.
+"""The fleet report's host side: what one host runs now, read without changing anything.
 
-gather() is the host side (the kdtree_report module): the unit's state (`systemctl show` through
+gather() is the kdtree_report module's work: the unit's state (`systemctl show` through
 unit_env.systemctl_show), the health answer and who holds its port, the deploy history
 (history.load, the one reader of its format), the patch's status files of the unit's live processes
 (`<status_dir>/<pid>.json`), the main process's NCCL_* environment and command line, and the GPU's
 compute capability. Every host read goes through a HostReader, so tests hand it a fake; every
-command it runs has a timeout. Nothing is written.
+command it runs has a timeout. Nothing is written. This file is the one owner of a row's fields.
 
-format_table() and rows() are the controller side (the kdtree_report_table and kdtree_report_rows
-filters): one fixed-width line per host, from the rows gather() returned. This file is the one
-owner of the report's fields and its table format.
+A zero kernel count comes with why (kernel_note(): mode off, no --speculative-algorithm on the
+unit's command line, no call reached the patch yet, every call went to the original code), from
+what the host itself shows.
+
+The table that shows the rows is the controller's (plugins/plugin_utils/_report_table.py); this
+file travels to the hosts and imports module_utils only.
 
 Status files are written by the patch (kdtree_verify/telemetry/marker.py) and grow new fields over time; every
 field is optional here and a file of an older patch is read as far as it goes. A file counts only
 when its pid is a live process of the unit (the unit's cgroup) that started before the file was
 written; the others are stale (an earlier run, or a reused pid): ignored and counted.
 
-Stdlib only (the module runs it on the host; the filter on the controller).
+Stdlib only (the module runs it on the host).
 """
 
 from __future__ import annotations
@@ -46,6 +49,10 @@ BUILD_INFO = "BUILD_INFO"
 SHORT_DIGEST = 12
 SHORT_WHY = 60
 NONE = "-"
+# SGLang's flag that turns speculative decoding (and so verify calls) on; argparse accepts any
+# prefix of it down to SPECULATIVE_FLAG_PREFIX (shorter ones are ambiguous: --speculative-accept-...).
+SPECULATIVE_FLAG = "--speculative-algorithm"
+SPECULATIVE_FLAG_PREFIX = "--speculative-al"
 
 
 @dataclass
@@ -161,7 +168,8 @@ def _when(entry: dict[str, Any]) -> str:
     return str(entry.get("ended") or entry.get("started") or "")
 
 
-def _short(text: Any, limit: int = SHORT_WHY) -> str:
+def short(text: Any, limit: int = SHORT_WHY) -> str:
+    """`text` on one line, cut to `limit` characters (the report's short why)."""
     line = " ".join(str(text or "").split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
@@ -173,7 +181,7 @@ def deploy_summary(entry: dict[str, Any] | None) -> dict[str, Any] | None:
         "id": entry.get("id", ""),
         "result": entry.get("result", ""),
         "rolled_back_to": entry.get("rolled_back_to", ""),
-        "why": _short(entry.get("why")),
+        "why": short(entry.get("why")),
         "when": _when(entry),
         "started": str(entry.get("started") or ""),
         "build_id": entry.get("build_id", ""),
@@ -291,12 +299,15 @@ def summarize_status(files: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def scheduler_details(reader: HostReader, files: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per scheduler status file, by pid: what a promotion judges (module_utils/_promote.py: its
+def scheduler_details(
+    reader: HostReader, files: list[dict[str, Any]], speculative: str | None = None
+) -> list[dict[str, Any]]:
+    """Per scheduler status file, by pid: what a promotion judges (plugin_utils/_promote.py: its
     process's start (epoch s, None when unreadable), the file's `since` and `updated`, its mode and
     state, its validate statistics and runtime fallbacks) and what the table's scheduler lines show
-    (its kernel calls and calls sent to the original, with the top reason). A field is None where
-    the file has no such field."""
+    (its kernel calls, with why when 0 (kernel_note(); `speculative` is the unit's
+    speculative_algorithm()), and calls sent to the original, with the top reason). A field is None
+    where the file has no such field."""
     out = []
     for item in sorted(files, key=lambda f: f["pid"]):
         counters = item.get("counters") if isinstance(item.get("counters"), dict) else {}
@@ -305,9 +316,18 @@ def scheduler_details(reader: HostReader, files: list[dict[str, Any]]) -> list[d
         if runtime is None and "runtime_fallback" in item:
             runtime = 1 if item.get("runtime_fallback") else 0
         own = summarize_status([item])
+        why, note = kernel_note(
+            own["kernel_calls"],
+            own["fallbacks"],
+            own["validate_compared"],
+            str(item.get("mode") or ""),
+            speculative,
+        )
         out.append(
             {
                 "kernel_calls": own["kernel_calls"],
+                "kernel_calls_why": why,
+                "kernel_calls_note": note,
                 "fallbacks": own["fallbacks"],
                 "fallback_top_reason": own["fallback_top_reason"],
                 "pid": item["pid"],
@@ -337,6 +357,57 @@ def node_rank(args: list[str]) -> int:
         if value is not None:
             return int(value) if value.isdigit() else 0
     return 0
+
+
+def speculative_algorithm(args: list[str]) -> str | None:
+    """--speculative-algorithm of an SGLang launch command line: its value, "" when the line is an
+    SGLang launch without it (SGLang then runs no speculative decoding, so no verify call), None
+    when the line cannot say (unreadable, not an SGLang launch such as a shell wrapper, or a
+    --config file that may set it). argparse's unambiguous abbreviations (--speculative-al...) count."""
+    launches = any(arg.endswith("sglang.launch_server") for arg in args) or any(
+        os.path.basename(arg) == "sglang" and i + 1 < len(args) and args[i + 1] == "serve"
+        for i, arg in enumerate(args)
+    )
+    if not launches:
+        return None
+    found = ""
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name == "--config" or (name.startswith("--conf") and "--config".startswith(name)):
+            return None
+        if len(name) >= len(SPECULATIVE_FLAG_PREFIX) and SPECULATIVE_FLAG.startswith(name):
+            found = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            found = found or "?"  # the flag without a value: on, algorithm unknown
+    return found
+
+
+def kernel_note(
+    kernel_calls: int | None,
+    fallbacks: int | None,
+    compared: int | None,
+    mode: str,
+    speculative: str | None,
+) -> tuple[str, str]:
+    """(why, note) for a kernel count of 0: a few words for the table's KERNEL cell and a sentence
+    for the JSON, from what the host shows, first that holds: mode off (the patch wraps nothing),
+    the unit's command line has no --speculative-algorithm (no verify call is expected), no call of
+    any kind reached the patch (no traffic yet), every call went to the original code (its top
+    reason). ("", "") for a count above 0, an unknown count, or a 0 none of these explains."""
+    if kernel_calls != 0:
+        return "", ""
+    if mode == "off":
+        return "mode off", "mode off: the patch wraps no call, so the kernel serves none"
+    if speculative == "":
+        return (
+            "no spec decoding",
+            "no speculative decoding (the unit's command line has no --speculative-algorithm): "
+            "no verify calls expected",
+        )
+    if fallbacks == 0 and not compared:
+        return "no traffic yet", "no call reached the patch since the schedulers started: no traffic sent yet"
+    if fallbacks:
+        return "all to original", f"all {fallbacks} calls went to the original code (see FALLBACKS)"
+    return "", ""
 
 
 def health_word(answer: str) -> str:
@@ -370,10 +441,10 @@ def _nccl(
 def command_error(exc: Exception) -> str:
     """A failed or timed-out host command, in one short line."""
     if isinstance(exc, subprocess.CalledProcessError):
-        return _short(f"rc={exc.returncode} {exc.stderr or ''}", 120)
+        return short(f"rc={exc.returncode} {exc.stderr or ''}", 120)
     if isinstance(exc, subprocess.TimeoutExpired):
         return f"no answer within {exc.timeout:g} s"
-    return _short(exc, 120)
+    return short(exc, 120)
 
 
 def _gpu(reader: HostReader, query: Query, entry: dict[str, Any] | None, errors: list[str]) -> dict[str, str]:
@@ -434,7 +505,9 @@ def gather(query: Query, reader: HostReader | None = None) -> dict[str, Any]:
     if expected is None and str((entry or {}).get("expected_schedulers", "")).isdigit():
         expected = int(entry["expected_schedulers"])
 
-    rank = node_rank(reader.cmdline(main_pid)) if main_pid else 0
+    command = reader.cmdline(main_pid) if main_pid else []
+    rank = node_rank(command)
+    speculative = speculative_algorithm(command)
     health = ""
     if query.health_url:
         health = health_word(reader.health(query.health_url))
@@ -447,6 +520,11 @@ def gather(query: Query, reader: HostReader | None = None) -> dict[str, Any]:
     gpu = _gpu(reader, query, entry, errors)
     running_builds = sorted({str(f["build_id"]) for f in scheduler_files if f.get("build_id")})
 
+    status = summarize_status(scheduler_files)
+    mode = str((entry or {}).get("mode", "")) if entry else ("stock" if entries else "")
+    kernel_why, kernel_text = kernel_note(
+        status["kernel_calls"], status["fallbacks"], status["validate_compared"], mode, speculative
+    )
     row: dict[str, Any] = {
         "host": query.host,
         "unit": f"{query.unit}.service",
@@ -455,13 +533,14 @@ def gather(query: Query, reader: HostReader | None = None) -> dict[str, Any]:
         "started": props.get("ExecMainStartTimestamp", ""),
         "health": health,
         "node_rank": rank,
+        "speculative_algorithm": speculative,
         "arch": gpu.get("arch", ""),
         "compute_capability": gpu.get("compute_capability", ""),
         "deployed": entry is not None,
         "build_id": str((entry or {}).get("build_id", "")),
         "running_build_ids": running_builds,
         "patch_digest": str((entry or {}).get("patch_digest", ""))[:SHORT_DIGEST],
-        "mode": str((entry or {}).get("mode", "")) if entry else ("stock" if entries else ""),
+        "mode": mode,
         "marker_state": wanted_state,
         "schedulers_running": len(schedulers),
         "schedulers_patched": patched,
@@ -469,10 +548,12 @@ def gather(query: Query, reader: HostReader | None = None) -> dict[str, Any]:
         "status_dir": status_dir,
         "status_files": len(files),
         "status_files_stale": stale,
-        **summarize_status(scheduler_files),
+        **status,
+        "kernel_calls_why": kernel_why,
+        "kernel_calls_note": kernel_text,
         "nccl_env_ok": nccl_ok,
         "nccl_env_diff": nccl_diff,
-        "schedulers": scheduler_details(reader, scheduler_files),
+        "schedulers": scheduler_details(reader, scheduler_files, speculative),
         "current_deploy": deploy_summary(entry),
         "last_deploy": deploy_summary(last),
         "last_good": deploy_summary(good),
@@ -513,144 +594,3 @@ def problems_of(row: dict[str, Any]) -> list[str]:
     if last.get("result") in ("rolled_back", "running"):
         out.append(f"last deploy {last['result']}")
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# the controller: rows of every host, the table
-
-
-def rows(results: list[Any], hosts: list[str]) -> list[dict[str, Any]]:
-    """One row per host, in `hosts` order, from each host's registered module result; a host
-    without a row (unreachable, failed before the report) gets one that says so."""
-    out = []
-    for host, result in zip(hosts, results, strict=True):
-        result = result if isinstance(result, dict) else {}
-        row = result.get("row")
-        if isinstance(row, dict):
-            out.append({**row, "host": host})
-            continue
-        if result.get("unreachable"):
-            why = f"unreachable: {_short(result.get('msg'))}"
-        elif result.get("failed"):
-            why = f"report failed: {_short(result.get('msg'))}"
-        else:
-            why = "no report (the host failed or was skipped earlier in this run)"
-        out.append({"host": host, "errors": [why], "problems": [why]})
-    return out
-
-
-def _count(value: Any) -> str:
-    return NONE if value is None else str(value)
-
-
-def _cells(row: dict[str, Any]) -> dict[str, str]:
-    if "unit" not in row:  # no row from the host (rows() made one): only its name and why
-        return {
-            "host": str(row.get("host") or "?"),
-            "ok": "CHECK",
-            "notes": "; ".join(row.get("problems") or []),
-        }
-    arch, cc = row.get("arch"), row.get("compute_capability")
-    expected = row.get("schedulers_expected")
-    fallbacks = _count(row.get("fallbacks"))
-    if row.get("fallback_top_reason"):
-        fallbacks += f" ({row['fallback_top_reason']})"
-    validate = NONE
-    if row.get("validate_compared") is not None or row.get("validate_mismatches") is not None:
-        validate = f"{_count(row.get('validate_mismatches'))}/{_count(row.get('validate_compared'))}"
-        if row.get("validate_max_diff") is not None:
-            validate += f" max {row['validate_max_diff']:.2g}"
-    last = row.get("last_deploy") or {}
-    last_text = NONE
-    if last:
-        last_text = str(last.get("result") or "?")
-        if last.get("rolled_back_to"):
-            last_text += f"->{str(last['rolled_back_to']).split()[0]}"
-        last_text += f" {last.get('when') or '?'}"
-        if last.get("why") and last.get("result") != "healthy":
-            last_text += f" {last['why']}"
-    health = row.get("health") or NONE
-    if row.get("node_rank"):
-        health = f"{health} (rank {row['node_rank']}: schedulers decide)"
-    nccl = {True: "ok", False: "DIFF", None: NONE}[row.get("nccl_env_ok")]
-    return {
-        "host": str(row.get("host") or "?"),
-        "ok": "ok" if not row.get("problems") else "CHECK",
-        "gpu": "/".join(x for x in (arch, cc) if x) or NONE,
-        "build": row.get("build_id") or NONE,
-        "patch": row.get("patch_digest") or NONE,
-        "mode": row.get("mode") or NONE,
-        "unit": row.get("unit_state") or NONE,
-        "health": health,
-        "patched": f"{row.get('schedulers_patched', 0)}/{expected if expected else NONE}",
-        "kernel": _count(row.get("kernel_calls")),
-        "fallbacks": fallbacks,
-        "rt_fb": _count(row.get("runtime_fallbacks")),
-        "validate": validate,
-        "nccl": nccl,
-        "last": last_text,
-        "notes": "; ".join(row.get("problems") or []) or NONE,
-    }
-
-
-# (key, header) in table order; the last column is not padded.
-COLUMNS = (
-    ("host", "HOST"),
-    ("ok", "OK"),
-    ("gpu", "GPU"),
-    ("build", "BUILD"),
-    ("patch", "PATCH"),
-    ("mode", "MODE"),
-    ("unit", "UNIT"),
-    ("health", "HEALTH"),
-    ("patched", "PATCHED"),
-    ("kernel", "KERNEL"),
-    ("fallbacks", "FALLBACKS"),
-    ("rt_fb", "RT_FB"),
-    ("validate", "VALIDATE(mis/cmp)"),
-    ("nccl", "NCCL"),
-    ("last", "LAST DEPLOY"),
-    ("notes", "NOTES"),
-)
-
-
-def _scheduler_cells(item: dict[str, Any]) -> dict[str, str]:
-    """A scheduler's line under its host: its title and pid, its mode and marker state, and its own
-    kernel calls, calls sent to the original (top reason), runtime fallbacks and validate counts."""
-    title = str(item.get("title") or "scheduler").removeprefix("sglang::")
-    fallbacks = _count(item.get("fallbacks"))
-    if item.get("fallback_top_reason"):
-        fallbacks += f" ({item['fallback_top_reason']})"
-    validate = ""
-    if item.get("compared") is not None or item.get("mismatches") is not None:
-        validate = f"{_count(item.get('mismatches'))}/{_count(item.get('compared'))}"
-    blank = {key: "" for key, _ in COLUMNS}
-    return {
-        **blank,
-        "host": f"  {title} pid {item.get('pid', '?')}",
-        "mode": str(item.get("mode") or NONE),
-        "patched": str(item.get("state") or NONE),
-        "kernel": _count(item.get("kernel_calls")),
-        "fallbacks": fallbacks,
-        "rt_fb": _count(item.get("runtime_fallbacks")),
-        "validate": validate,
-    }
-
-
-def format_table(table_rows: list[dict[str, Any]]) -> str:
-    """A header line and one fixed-width line per row (columns as wide as their widest cell); under a
-    host whose row lists its live schedulers (`schedulers`), one indented line per scheduler with
-    its own counts (KERNEL: that scheduler's kernel calls)."""
-    cells = []
-    for row in table_rows:
-        cells.append(_cells(row))
-        if "unit" in row:
-            cells.extend(_scheduler_cells(s) for s in row.get("schedulers") or [] if isinstance(s, dict))
-    keys = [key for key, _ in COLUMNS]
-    widths = {key: max([len(head)] + [len(c.get(key, NONE)) for c in cells]) for key, head in COLUMNS}
-
-    def line(values: dict[str, str]) -> str:
-        parts = [values.get(k, NONE).ljust(widths[k]) for k in keys[:-1]] + [values.get(keys[-1], NONE)]
-        return "  ".join(parts).rstrip()
-
-    return "\n".join([line(dict(COLUMNS)), *(line(c) for c in cells)])

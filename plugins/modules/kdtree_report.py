@@ -118,6 +118,12 @@ row:
     node_rank:
       description: C(--node-rank) of the main process's command line (0 when absent).
       type: int
+    speculative_algorithm:
+      description:
+        - C(--speculative-algorithm) of the main process's command line; empty when that line is an
+          SGLang launch without it (no speculative decoding, so no verify calls); null when the line
+          cannot say (unreadable, not an SGLang launch, or a C(--config) file).
+      type: str
     arch:
       description: The build's arch (sm_120a); empty when unknown.
       type: str
@@ -161,6 +167,16 @@ row:
       description: Sum of counters.kernel_calls_device (the library's count on the device, CUDA graph
         replays included) where a status file has it, else of counters.kernel_calls.
       type: int
+    kernel_calls_why:
+      description:
+        - Why RV(row.kernel_calls) is 0, in a few words (the table's KERNEL cell), first that holds -
+          C(mode off), C(no spec decoding) (RV(row.speculative_algorithm) is empty), C(no traffic yet)
+          (no call of any kind reached the patch), C(all to original); empty when the count is not 0,
+          unknown, or none of these explains it.
+      type: str
+    kernel_calls_note:
+      description: The same as a sentence.
+      type: str
     fallbacks:
       description: Sum of counters.original_calls (calls that went to the original code).
       type: int
@@ -197,6 +213,9 @@ row:
           (epoch s of the process, null when unreadable), since and updated (the file's epoch s),
           compared, mismatches, max_diff (its validate statistics) and runtime_fallbacks; null where
           the file has no such field. The promotion (C(playbooks/promote.yml)) judges these.
+        - And what its line of the table shows - kernel_calls with kernel_calls_why and
+          kernel_calls_note (as the row's, for this scheduler's own counts), fallbacks and
+          fallback_top_reason.
       type: list
       elements: dict
     current_deploy:

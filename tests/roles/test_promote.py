@@ -1,4 +1,4 @@
-"""Promotion on evidence (module_utils/_promote, filters kdtree_promote_*, playbooks/promote.yml).
+"""Promotion on evidence (plugin_utils/_promote, filters kdtree_promote_*, playbooks/promote.yml).
 
 qualify() is judged rule by rule on report rows (one qualifying row, then one change per rule); a
 row gathered by the real report code from fixtures (test_report's host: live titled processes, a
@@ -24,8 +24,8 @@ import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.kdtree.fleet.plugins.filter import promote as promote_filter
 from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
-from ansible_collections.kdtree.fleet.plugins.module_utils import _promote as promote
-from conftest import PATCH_DIR, ROOT
+from ansible_collections.kdtree.fleet.plugins.plugin_utils import _promote as promote
+from conftest import PATCH_DIR, ROOT, load_yaml
 from test_report import counters, gather, health_server, host, status  # noqa: F401 (fixtures)
 
 PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
@@ -239,9 +239,9 @@ def test_the_build_and_patch_the_deploy_would_install_must_be_the_evidence_s():
 
 
 def test_a_host_without_a_row_stays_with_the_report_s_reason():
-    from ansible_collections.kdtree.fleet.plugins.module_utils import _report as report
+    from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
 
-    row = report.rows([{"unreachable": True, "msg": "ssh: timeout"}], ["gone"])[0]
+    row = report_table.rows([{"unreachable": True, "msg": "ssh: timeout"}], ["gone"])[0]
     ok, why = judge(row)
     assert not ok and why.startswith("unreachable: ssh: timeout")
 
@@ -250,14 +250,20 @@ def test_a_host_without_a_row_stays_with_the_report_s_reason():
 # the settings and their one owner
 
 
-def test_the_default_tolerance_is_the_patch_s_default_tol():
+def _patch_default_tol() -> float:
     spec = importlib.util.spec_from_file_location("patch_config", PATCH_DIR / "kdtree_verify" / "config.py")
     config = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(config)
-    assert promote.default_tolerance() == config.DEFAULT_TOL
-    assert promote.settings("", "") == (promote.DEFAULT_MIN_COMPARED, config.DEFAULT_TOL)
-    assert promote.settings(None, None) == (promote.DEFAULT_MIN_COMPARED, config.DEFAULT_TOL)
-    assert promote.settings("50", "0.1") == (50, 0.1)
+    return config.DEFAULT_TOL
+
+
+def test_the_default_tolerance_is_the_patch_s_default_tol():
+    tol = _patch_default_tol()
+    assert promote.default_tolerance(PATCH_DIR) == tol
+    assert promote.default_tolerance(str(PATCH_DIR)) == tol
+    assert promote.settings("", "", PATCH_DIR) == (promote.DEFAULT_MIN_COMPARED, tol)
+    assert promote.settings(None, None, PATCH_DIR) == (promote.DEFAULT_MIN_COMPARED, tol)
+    assert promote.settings("50", "0.1") == (50, 0.1)  # a tolerance given: no patch source needed
     assert promote.settings(50, 0) == (50, 0.0)
 
 
@@ -266,19 +272,41 @@ def test_a_missing_patch_config_is_a_clear_error(tmp_path):
         promote.default_tolerance(tmp_path)
 
 
+def test_without_a_tolerance_or_a_patch_source_the_promotion_refuses():
+    with pytest.raises(promote.PromoteError, match="no patch source directory"):
+        promote.settings("", "")
+    with pytest.raises(AnsibleFilterError, match="no patch source directory"):
+        promote_filter.kdtree_promote_verdict({"row": good_row()}, "gpu-9")
+
+
+def test_the_promotion_finds_no_file_through_its_own_location():
+    """The patch source is received (the play passes the patch role's kdtree_patch_source_dir), never
+    derived from where the plugin lies."""
+    for path in (ROOT / "plugins" / "plugin_utils").glob("*.py"):
+        assert "__file__" not in path.read_text(encoding="utf-8"), path
+
+
 @pytest.mark.parametrize(
     ("count", "tol"), [("0", ""), ("abc", ""), ("1.5", ""), ("", "nan"), ("", "-1"), ("", "inf"), ("", "x")]
 )
 def test_unusable_settings_are_refused(count, tol):
     with pytest.raises(promote.PromoteError, match="kdtree_promote_"):
-        promote.settings(count, tol)
+        promote.settings(count, tol, PATCH_DIR)
 
 
 def test_the_defaults_are_not_restated_in_the_playbook_or_the_filter():
     for path in (ROOT / "playbooks" / "promote.yml", ROOT / "plugins" / "filter" / "promote.py"):
         code = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
         assert not re.search(r"\b1000\b|\b0\.02\b", code), path
-    assert not re.search(r"\b0\.02\b", (ROOT / "plugins" / "module_utils" / "_promote.py").read_text())
+    assert not re.search(r"\b0\.02\b", (ROOT / "plugins" / "plugin_utils" / "_promote.py").read_text())
+
+
+def test_the_play_passes_the_patch_role_s_source_dir_to_both_verdicts():
+    text = (ROOT / "playbooks" / "promote.yml").read_text(encoding="utf-8")
+    assert text.count("patch_source=kdtree_patch_source_path") == 2
+    facts = load_yaml(ROOT / "roles" / "kdtree_patch" / "tasks" / "facts.yml")
+    published = facts[0]["ansible.builtin.set_fact"]
+    assert published == {"kdtree_patch_source_path": "{{ kdtree_patch_source_dir }}"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,23 +314,26 @@ def test_the_defaults_are_not_restated_in_the_playbook_or_the_filter():
 
 
 def test_the_verdict_filter_judges_a_registered_result_with_the_play_s_settings():
-    verdict = promote_filter.kdtree_promote_verdict({"changed": False, "row": good_row()}, "gpu-9")
+    verdict = promote_filter.kdtree_promote_verdict(
+        {"changed": False, "row": good_row()}, "gpu-9", patch_source=str(PATCH_DIR)
+    )
     assert verdict["host"] == "gpu-9" and verdict["qualified"] is True
     assert (verdict["min_compared"], verdict["tolerance"]) == (
         promote.DEFAULT_MIN_COMPARED,
-        promote.default_tolerance(),
+        promote.default_tolerance(PATCH_DIR),
     )
-    verdict = promote_filter.kdtree_promote_verdict({"row": good_row()}, "gpu-9", "5000", "")
+    verdict = promote_filter.kdtree_promote_verdict({"row": good_row()}, "gpu-9", "5000", "", None, PATCH_DIR)
     assert verdict["qualified"] is False and "fewer than 5000" in verdict["why"]
-    verdict = promote_filter.kdtree_promote_verdict({}, "gpu-9")  # skipped or failed before the report
+    # skipped or failed before the report
+    verdict = promote_filter.kdtree_promote_verdict({}, "gpu-9", patch_source=PATCH_DIR)
     assert verdict["qualified"] is False and "no report" in verdict["why"]
     with pytest.raises(AnsibleFilterError, match="kdtree_promote_tolerance"):
         promote_filter.kdtree_promote_verdict({"row": good_row()}, "gpu-9", "", "nan")
 
 
 def test_the_table_lists_the_qualifying_hosts_first_and_every_host_once():
-    good = promote.verdict(good_row(host="a"))
-    bad = promote.verdict(good_row(host="b", validate_mismatches=4))
+    good = promote.verdict(good_row(host="a"), patch_source=PATCH_DIR)
+    bad = promote.verdict(good_row(host="b", validate_mismatches=4), patch_source=PATCH_DIR)
     table = promote_filter.kdtree_promote_table([bad, None, good], ["b", "c", "a"])
     lines = table.splitlines()
     assert lines[0].split() == ["HOST", "PROMOTE", "WHY"]

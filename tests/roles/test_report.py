@@ -1,4 +1,5 @@
-"""The fleet report (module_utils/_report, module kdtree_report, filters, role kdtree_report, playbook).
+"""The fleet report (module_utils/_report: the host side, module kdtree_report; plugin_utils/_report_table:
+the rows and the table, filters; role kdtree_report, playbook).
 
 The host side runs against fixtures: a temporary status directory with files of live and stale
 pids, a fake `systemctl show` output, a cgroup.procs file, a history file, real child processes
@@ -31,6 +32,7 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import (
     _unit_env as unit_env,
 )
 from ansible_collections.kdtree.fleet.plugins.modules import kdtree_report
+from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
 from conftest import ROOT
 
 PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
@@ -438,6 +440,106 @@ def test_kernel_calls_prefer_each_files_device_count():
 
 
 # ---------------------------------------------------------------------------------------------
+# why a kernel count is 0
+
+# the test double's stock unit (tests/doubles/sglang.service) and the real-engine host's
+# (tests/engine/sglang.service), as the unit's main process shows them in /proc/PID/cmdline
+DOUBLE_CMDLINE = [
+    "/opt/sglang/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/tiny-test",
+    "--tp-size", "2", "--host", "127.0.0.1", "--port", "30000",
+]  # fmt: skip
+ENGINE_CMDLINE = [*DOUBLE_CMDLINE, "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "8"]
+
+
+@pytest.mark.parametrize(
+    ("args", "algorithm"),
+    [
+        pytest.param(DOUBLE_CMDLINE, "", id="sglang-launch-without-the-flag"),
+        pytest.param(ENGINE_CMDLINE, "NGRAM", id="flag-and-value"),
+        pytest.param([*DOUBLE_CMDLINE, "--speculative-algorithm=EAGLE3"], "EAGLE3", id="flag=value"),
+        pytest.param([*DOUBLE_CMDLINE, "--speculative-al", "EAGLE"], "EAGLE", id="abbreviated"),
+        pytest.param([*DOUBLE_CMDLINE, "--speculative-a", "x"], "", id="ambiguous-abbreviation-is-not-it"),
+        pytest.param([*DOUBLE_CMDLINE, "--speculative-algorithm"], "?", id="flag-without-value"),
+        pytest.param(["/usr/bin/sglang", "serve", "--model-path", "m"], "", id="sglang-serve"),
+        pytest.param([*DOUBLE_CMDLINE, "--config", "/etc/sglang.yaml"], None, id="config-file-may-set-it"),
+        pytest.param(["bash", "-c", " ".join(DOUBLE_CMDLINE)], None, id="shell-wrapper"),
+        pytest.param([], None, id="unreadable"),
+    ],
+)
+def test_the_speculative_algorithm_is_read_from_the_launch_command_line(args, algorithm):
+    assert report.speculative_algorithm(args) == algorithm
+
+
+@pytest.mark.parametrize(
+    ("facts", "why"),
+    [
+        pytest.param((0, 0, None, "off", ""), "mode off", id="mode-off-first"),
+        pytest.param((0, 0, None, "validate", ""), "no spec decoding", id="no-speculative-algorithm"),
+        pytest.param((0, 0, None, "on", "EAGLE"), "no traffic yet", id="no-call-reached-the-patch"),
+        pytest.param((0, 0, 0, "validate", None), "no traffic yet", id="no-traffic-command-line-unknown"),
+        pytest.param((0, 7, None, "on", "EAGLE"), "all to original", id="every-call-to-the-original"),
+        pytest.param((0, None, None, "on", "EAGLE"), "", id="older-patch-without-original-calls"),
+        pytest.param((0, 0, 5, "validate", None), "", id="compared-calls-but-no-kernel-count"),
+        pytest.param((12, 0, None, "on", ""), "", id="kernel-calls-need-no-why"),
+        pytest.param((None, None, None, "on", ""), "", id="unknown-count-stays-unknown"),
+    ],
+)
+def test_a_zero_kernel_count_says_why_first_reason_that_holds(facts, why):
+    short, note = report.kernel_note(*facts)
+    assert short == why
+    assert bool(note) == bool(why)
+    if why == "no spec decoding":
+        assert note == (
+            "no speculative decoding (the unit's command line has no --speculative-algorithm): "
+            "no verify calls expected"
+        )
+
+
+def _zero_counters(fixture: Host) -> None:
+    for proc in (fixture.tp0, fixture.tp1):
+        fixture.write_status(
+            proc.pid,
+            status(proc.pid, title=f"sglang::scheduler_TP{proc is fixture.tp1:d}", counters=counters(0, {})),
+        )
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "why"),
+    [(DOUBLE_CMDLINE, "no spec decoding"), (ENGINE_CMDLINE, "no traffic yet")],
+    ids=["no-speculative-decoding", "no-traffic"],
+)
+def test_a_host_without_verify_calls_says_why_in_its_row_its_schedulers_and_the_table(
+    host, monkeypatch, cmdline, why
+):
+    host.deploy(nccl_env={"NCCL_P2P_LEVEL": "SYS"})  # as the main process runs it
+    _zero_counters(host)
+    monkeypatch.setattr(FixtureReader, "cmdline", lambda self, pid: list(cmdline))
+    row = gather(host)
+    assert row["kernel_calls"] == 0 and row["speculative_algorithm"] == (
+        "" if cmdline is DOUBLE_CMDLINE else "NGRAM"
+    )
+    assert row["kernel_calls_why"] == why and row["kernel_calls_note"]
+    assert [s["kernel_calls_why"] for s in row["schedulers"]] == [why, why]
+    assert json.loads(json.dumps(row))["kernel_calls_note"] == row["kernel_calls_note"]
+    assert row["problems"] == []  # a reason, not something to look at: the host stays ok
+    lines = report_filter.kdtree_report_table(report_filter.kdtree_report_rows([{"row": row}], ["gpu-1"]))
+    header, host_line, *scheduler_lines = lines.splitlines()
+    kernel_at = header.index("KERNEL")
+    assert len(scheduler_lines) == 2
+    for line in (host_line, *scheduler_lines):
+        assert line[kernel_at:].split("  ")[0] == f"0 ({why})", line
+    assert re.split(r"\s{2,}", host_line)[1] == "ok"
+
+
+def test_kernel_calls_above_zero_carry_no_why(host, monkeypatch):
+    host.deploy()
+    host.write_status(host.tp0.pid, status(host.tp0.pid, counters=counters(5, {})))
+    monkeypatch.setattr(FixtureReader, "cmdline", lambda self, pid: list(DOUBLE_CMDLINE))
+    row = gather(host)
+    assert row["kernel_calls"] == 5 and row["kernel_calls_why"] == "" and row["kernel_calls_note"] == ""
+
+
+# ---------------------------------------------------------------------------------------------
 # the table and the rows (controller side)
 
 
@@ -498,7 +600,7 @@ def test_the_table_has_a_column_per_field_and_one_aligned_line_per_host():
     ]
     table = report_filter.kdtree_report_table(rows)
     header, first, second = table.splitlines()
-    heads = [head for _, head in report.COLUMNS]
+    heads = [head for _, head in report_table.COLUMNS]
     assert re.split(r"\s{2,}", header) == heads
     starts = [header.index(head) for head in heads]
     for line in (first, second):
@@ -561,12 +663,13 @@ def test_under_each_host_every_scheduler_has_a_line_with_its_own_kernel_calls():
         _row("gpu-1", mode="on", kernel_calls=21, schedulers=schedulers),
         _row("gpu-2", schedulers=[]),
     ]
-    lines = report.format_table(rows).splitlines()
+    lines = report_table.format_table(rows).splitlines()
     assert len(lines) == 1 + 3 + 1, lines
     header, host, tp0, tp1, other = lines
     assert host.startswith("gpu-1 ") and other.startswith("gpu-2 ")
     kernel_at = header.index("KERNEL")
-    for line, pid, calls, fallbacks in ((tp0, 4242, "21", "3 (shape)"), (tp1, 4243, "0", "10 (dtype)")):
+    tp1_calls = "0 (all to original)"  # its 10 calls went to the original code
+    for line, pid, calls, fallbacks in ((tp0, 4242, "21", "3 (shape)"), (tp1, 4243, tp1_calls, "10 (dtype)")):
         assert line.startswith(f"  scheduler_TP{pid - 4242} pid {pid}"), line
         assert line[kernel_at:].split("  ")[0] == calls, line
         assert f"  {fallbacks}  " in line and "  active  " in line and "  on  " in line
@@ -586,7 +689,7 @@ def test_rows_keep_the_hosts_order_and_give_every_host_a_row():
     assert "failed or was skipped" in rows[2]["problems"][0] and rows[3]["problems"] == [
         "report failed: boom"
     ]
-    lines = report.format_table(rows).splitlines()
+    lines = report_table.format_table(rows).splitlines()
     assert len(lines) == 5 and lines[2].startswith("b ") and "unreachable: ssh" in lines[2]
     json.dumps(rows)
     with pytest.raises(Exception, match="2 results for 1 hosts"):

@@ -3,7 +3,8 @@
 qualify() judges one host's fleet-report row (module_utils/_report.py, module kdtree_report) and
 answers (qualifies, why). It is pure: no host, no file, no clock. The play runs it on the controller
 through the kdtree_promote_verdict filter, then deploys mode on to the hosts that qualify; the others
-stay in validate and are listed with their `why`.
+stay in validate and are listed with their `why` (format_table(), laid out by the report's table
+module, plugin_utils/_report_table.py).
 
 A host qualifies when every rule holds (`why` names every rule that does not):
 
@@ -24,9 +25,11 @@ A host qualifies when every rule holds (`why` names every rule that does not):
   host runs those: evidence for another build or patch version is no evidence.
 
 The defaults: DEFAULT_MIN_COMPARED here, the tolerance from the patch's own config.py (DEFAULT_TOL,
-the one owner of the validate tolerance), loaded by path by default_tolerance().
+the one owner of the validate tolerance), loaded by default_tolerance() from the patch source the
+caller names (the play passes the patch role's kdtree_patch_source_dir): nothing here guesses where
+the collection keeps its files.
 
-Stdlib only.
+Controller only (the kdtree_promote_* filters); stdlib and module_utils.
 """
 
 from __future__ import annotations
@@ -38,12 +41,15 @@ from pathlib import Path
 from typing import Any
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import _patch_files as patch_files
+from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
 
 # validate.compared summed over a host's schedulers, at least (kdtree_promote_min_compared).
 DEFAULT_MIN_COMPARED = 1000
-# The patch's config.py, relative to the collection's root (the owner of DEFAULT_TOL).
-PATCH_CONFIG = Path(patch_files.SOURCE_DIR, patch_files.CONFIG_FILE)
-COLLECTION_ROOT = Path(__file__).resolve().parents[2]
+# The patch's config.py (the owner of DEFAULT_TOL), relative to the patch source directory
+# (kdtree_patch_source_dir: the directory that holds sitecustomize.py and kdtree_verify/).
+PATCH_CONFIG = Path(patch_files.CONFIG_FILE)
+# (key, header) of the promotion's table (render()ed like the report's).
+COLUMNS = (("host", "HOST"), ("promote", "PROMOTE"), ("why", "WHY"))
 # history.now()'s format
 HISTORY_TIME = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -52,17 +58,23 @@ class PromoteError(Exception):
     """A setting of the promotion that cannot be used (the message says which)."""
 
 
-def default_tolerance(root: Path = COLLECTION_ROOT) -> float:
-    """DEFAULT_TOL of the patch's kdtree_verify/config.py under `root`, loaded by path."""
-    path = root / PATCH_CONFIG
+def default_tolerance(patch_source: str | Path) -> float:
+    """DEFAULT_TOL of the patch's config.py (PATCH_CONFIG) under the patch source directory."""
+    if not str(patch_source or ""):
+        raise PromoteError(
+            "no patch source directory to read the default tolerance from "
+            "(pass kdtree_patch_source_dir, or set kdtree_promote_tolerance)"
+        )
+    path = Path(patch_source) / PATCH_CONFIG
     try:
         return float(patch_files.load_file(path, "kdtree_promote_patch_config", ("DEFAULT_TOL",)).DEFAULT_TOL)
     except (patch_files.PatchFileError, TypeError, ValueError) as exc:
         raise PromoteError(f"cannot read DEFAULT_TOL from the patch's {path}: {exc}") from exc
 
 
-def settings(min_compared: Any = "", tolerance: Any = "") -> tuple[int, float]:
-    """(min_compared, tolerance) from the play's variables; "" or None takes the default."""
+def settings(min_compared: Any = "", tolerance: Any = "", patch_source: str | Path = "") -> tuple[int, float]:
+    """(min_compared, tolerance) from the play's variables; "" or None takes the default (the
+    tolerance's from the patch source directory, default_tolerance())."""
     if min_compared in ("", None):
         count = DEFAULT_MIN_COMPARED
     else:
@@ -73,7 +85,7 @@ def settings(min_compared: Any = "", tolerance: Any = "") -> tuple[int, float]:
         if count < 1:
             raise PromoteError(f"kdtree_promote_min_compared={min_compared!r} is not a whole number >= 1")
     if tolerance in ("", None):
-        return count, default_tolerance()
+        return count, default_tolerance(patch_source)
     try:
         tol = float(str(tolerance))
     except ValueError:
@@ -112,14 +124,14 @@ def _current_run(schedulers: list[dict[str, Any]], deploy_start: float | None) -
 
 def qualify(
     row: dict[str, Any],
-    min_compared: int = DEFAULT_MIN_COMPARED,
-    tolerance: float | None = None,
+    min_compared: int,
+    tolerance: float,
     expected: dict[str, Any] | None = None,
 ) -> tuple[bool, str]:
     """(qualifies, why) for one host's report row. Why names every rule that fails, or, when the
-    host qualifies, the evidence. `tolerance` None takes the patch's DEFAULT_TOL."""
-    tol = default_tolerance() if tolerance is None else float(tolerance)
-    if "unit" not in row:  # report.rows() made the row: the host was not read
+    host qualifies, the evidence."""
+    tol = float(tolerance)
+    if "unit" not in row:  # report_table.rows() made the row: the host was not read
         return False, "; ".join(row.get("problems") or ["no report"])
     why: list[str] = []
     if row.get("errors"):
@@ -214,9 +226,11 @@ def verdict(
     min_compared: Any = "",
     tolerance: Any = "",
     expected: dict[str, Any] | None = None,
+    patch_source: str | Path = "",
 ) -> dict[str, Any]:
-    """{host, qualified, why, min_compared, tolerance} for one row, with the play's settings."""
-    count, tol = settings(min_compared, tolerance)
+    """{host, qualified, why, min_compared, tolerance} for one row, with the play's settings
+    (settings(): "" takes the defaults, the tolerance's read from `patch_source`)."""
+    count, tol = settings(min_compared, tolerance, patch_source)
     ok, why = qualify(row, count, tol, expected)
     return {
         "host": str(row.get("host") or "?"),
@@ -231,10 +245,11 @@ def format_table(verdicts: list[dict[str, Any]]) -> str:
     """One line per host: HOST, PROMOTE (on / stays validate), WHY; qualifying hosts first."""
     ordered = sorted(verdicts, key=lambda v: not v.get("qualified"))
     lines = [
-        (str(v.get("host") or "?"), "on" if v.get("qualified") else "stays", str(v.get("why") or ""))
+        {
+            "host": str(v.get("host") or "?"),
+            "promote": "on" if v.get("qualified") else "stays",
+            "why": str(v.get("why") or ""),
+        }
         for v in ordered
     ]
-    width = max([len("HOST")] + [len(h) for h, _, _ in lines])
-    out = [f"{'HOST'.ljust(width)}  PROMOTE  WHY"]
-    out += [f"{h.ljust(width)}  {p.ljust(7)}  {w}" for h, p, w in lines]
-    return "\n".join(out)
+    return report_table.render(COLUMNS, lines)

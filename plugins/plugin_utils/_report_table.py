@@ -1,0 +1,169 @@
+"""The fleet report's controller side: one row per host, and the one table that shows them.
+
+rows() turns the hosts' registered kdtree_report results (module_utils/_report.py, which owns a
+row's fields) into one row per host, a host without a result included. COLUMNS is the one list of
+the table's columns (key, header) and cells() fills them from a row; format_table() prints the
+header, a line per host and, under a host, a line per live scheduler. render() is the fixed-width
+layout every kdtree table uses (the report's, the promotion's). A new column is one COLUMNS entry
+and its cell in cells() (and, when a scheduler has it, in scheduler_cells()).
+
+Controller only (the kdtree_report_* and kdtree_promote_* filters): it may import module_utils,
+module_utils never imports it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.kdtree.fleet.plugins.module_utils import _report as report
+
+NONE = report.NONE
+
+# (key, header) in table order; the last column is not padded.
+COLUMNS = (
+    ("host", "HOST"),
+    ("ok", "OK"),
+    ("gpu", "GPU"),
+    ("build", "BUILD"),
+    ("patch", "PATCH"),
+    ("mode", "MODE"),
+    ("unit", "UNIT"),
+    ("health", "HEALTH"),
+    ("patched", "PATCHED"),
+    ("kernel", "KERNEL"),
+    ("fallbacks", "FALLBACKS"),
+    ("rt_fb", "RT_FB"),
+    ("validate", "VALIDATE(mis/cmp)"),
+    ("nccl", "NCCL"),
+    ("last", "LAST DEPLOY"),
+    ("notes", "NOTES"),
+)
+
+
+def rows(results: list[Any], hosts: list[str]) -> list[dict[str, Any]]:
+    """One row per host, in `hosts` order, from each host's registered module result; a host
+    without a row (unreachable, failed before the report) gets one that says so."""
+    out = []
+    for host, result in zip(hosts, results, strict=True):
+        result = result if isinstance(result, dict) else {}
+        row = result.get("row")
+        if isinstance(row, dict):
+            out.append({**row, "host": host})
+            continue
+        if result.get("unreachable"):
+            why = f"unreachable: {report.short(result.get('msg'))}"
+        elif result.get("failed"):
+            why = f"report failed: {report.short(result.get('msg'))}"
+        else:
+            why = "no report (the host failed or was skipped earlier in this run)"
+        out.append({"host": host, "errors": [why], "problems": [why]})
+    return out
+
+
+def _count(value: Any) -> str:
+    return NONE if value is None else str(value)
+
+
+def _kernel(item: dict[str, Any]) -> str:
+    """The kernel calls, and why in a few words when they are 0 (module_utils/_report.kernel_note)."""
+    text = _count(item.get("kernel_calls"))
+    return f"{text} ({item['kernel_calls_why']})" if item.get("kernel_calls_why") else text
+
+
+def _fallbacks(item: dict[str, Any]) -> str:
+    text = _count(item.get("fallbacks"))
+    return f"{text} ({item['fallback_top_reason']})" if item.get("fallback_top_reason") else text
+
+
+def cells(row: dict[str, Any]) -> dict[str, str]:
+    """A host's line: one text per COLUMNS key."""
+    if "unit" not in row:  # no row from the host (rows() made one): only its name and why
+        return {
+            "host": str(row.get("host") or "?"),
+            "ok": "CHECK",
+            "notes": "; ".join(row.get("problems") or []),
+        }
+    arch, cc = row.get("arch"), row.get("compute_capability")
+    expected = row.get("schedulers_expected")
+    validate = NONE
+    if row.get("validate_compared") is not None or row.get("validate_mismatches") is not None:
+        validate = f"{_count(row.get('validate_mismatches'))}/{_count(row.get('validate_compared'))}"
+        if row.get("validate_max_diff") is not None:
+            validate += f" max {row['validate_max_diff']:.2g}"
+    last = row.get("last_deploy") or {}
+    last_text = NONE
+    if last:
+        last_text = str(last.get("result") or "?")
+        if last.get("rolled_back_to"):
+            last_text += f"->{str(last['rolled_back_to']).split()[0]}"
+        last_text += f" {last.get('when') or '?'}"
+        if last.get("why") and last.get("result") != "healthy":
+            last_text += f" {last['why']}"
+    health = row.get("health") or NONE
+    if row.get("node_rank"):
+        health = f"{health} (rank {row['node_rank']}: schedulers decide)"
+    nccl = {True: "ok", False: "DIFF", None: NONE}[row.get("nccl_env_ok")]
+    return {
+        "host": str(row.get("host") or "?"),
+        "ok": "ok" if not row.get("problems") else "CHECK",
+        "gpu": "/".join(x for x in (arch, cc) if x) or NONE,
+        "build": row.get("build_id") or NONE,
+        "patch": row.get("patch_digest") or NONE,
+        "mode": row.get("mode") or NONE,
+        "unit": row.get("unit_state") or NONE,
+        "health": health,
+        "patched": f"{row.get('schedulers_patched', 0)}/{expected if expected else NONE}",
+        "kernel": _kernel(row),
+        "fallbacks": _fallbacks(row),
+        "rt_fb": _count(row.get("runtime_fallbacks")),
+        "validate": validate,
+        "nccl": nccl,
+        "last": last_text,
+        "notes": "; ".join(row.get("problems") or []) or NONE,
+    }
+
+
+def scheduler_cells(item: dict[str, Any]) -> dict[str, str]:
+    """A scheduler's line under its host: its title and pid, its mode and marker state, and its own
+    kernel calls (with why when 0), calls sent to the original (top reason), runtime fallbacks and
+    validate counts."""
+    title = str(item.get("title") or "scheduler").removeprefix("sglang::")
+    validate = ""
+    if item.get("compared") is not None or item.get("mismatches") is not None:
+        validate = f"{_count(item.get('mismatches'))}/{_count(item.get('compared'))}"
+    blank = {key: "" for key, _ in COLUMNS}
+    return {
+        **blank,
+        "host": f"  {title} pid {item.get('pid', '?')}",
+        "mode": str(item.get("mode") or NONE),
+        "patched": str(item.get("state") or NONE),
+        "kernel": _kernel(item),
+        "fallbacks": _fallbacks(item),
+        "rt_fb": _count(item.get("runtime_fallbacks")),
+        "validate": validate,
+    }
+
+
+def render(columns: tuple[tuple[str, str], ...], lines: list[dict[str, str]]) -> str:
+    """A header line and one line per dict of `lines`, each column as wide as its widest cell, two
+    spaces between columns; the last column is not padded, a missing cell is NONE."""
+    keys = [key for key, _ in columns]
+    widths = {key: max([len(head)] + [len(c.get(key, NONE)) for c in lines]) for key, head in columns}
+
+    def line(values: dict[str, str]) -> str:
+        parts = [values.get(k, NONE).ljust(widths[k]) for k in keys[:-1]] + [values.get(keys[-1], NONE)]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(dict(columns)), *(line(c) for c in lines)])
+
+
+def format_table(table_rows: list[dict[str, Any]]) -> str:
+    """The report: a header line and one line per row; under a host whose row lists its live
+    schedulers (`schedulers`), one indented line per scheduler with its own counts (KERNEL: that
+    scheduler's kernel calls)."""
+    lines = []
+    for row in table_rows:
+        lines.append(cells(row))
+        if "unit" in row:
+            lines.extend(scheduler_cells(s) for s in row.get("schedulers") or [] if isinstance(s, dict))
+    return render(COLUMNS, lines)

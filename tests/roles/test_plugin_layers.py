@@ -1,0 +1,66 @@
+"""What travels to a host imports nothing that stays on the controller.
+
+Ansible ships a module with the module_utils it imports (AnsiballZ); plugin_utils, filters and action
+plugins run on the controller only. So module_utils and modules import neither, while plugin_utils and
+filters may import module_utils.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+PLUGINS = ROOT / "plugins"
+HOST_SIDE = sorted([*(PLUGINS / "module_utils").glob("*.py"), *(PLUGINS / "modules").glob("*.py")])
+CONTROLLER = re.compile(r"(\bplugins\.|^\.+)(plugin_utils|filter|action)(\.|$)")
+
+
+def imported_modules(path: Path) -> list[str]:
+    """Every module an `import` or `from ... import` of the file names (relative ones included)."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            names += [base, *(f"{base}.{alias.name}" for alias in node.names)]
+    return names
+
+
+def controller_imports(path: Path) -> list[str]:
+    """The imported modules that are controller code: plugins.<plugin_utils|filter|action>..., or a
+    relative import of a sibling package of those names."""
+    return [name for name in imported_modules(path) if CONTROLLER.search(name)]
+
+
+@pytest.mark.parametrize("path", HOST_SIDE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_module_utils_and_modules_never_import_controller_code(path):
+    assert controller_imports(path) == []
+
+
+def test_the_check_sees_a_controller_import(tmp_path):
+    bad = tmp_path / "x.py"
+    bad.write_text(
+        "from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table\n"
+        "import ansible_collections.kdtree.fleet.plugins.filter.report\n"
+        "from ..plugin_utils import _promote\n"
+        "from ansible_collections.kdtree.fleet.plugins.module_utils import _report\n"
+    )
+    assert controller_imports(bad) == [
+        "ansible_collections.kdtree.fleet.plugins.plugin_utils",
+        "ansible_collections.kdtree.fleet.plugins.plugin_utils._report_table",
+        "ansible_collections.kdtree.fleet.plugins.filter.report",
+        "..plugin_utils",
+        "..plugin_utils._promote",
+    ]
+
+
+def test_the_controller_code_lives_in_plugin_utils():
+    """The report's table and the promotion's rules are controller code (issue 18)."""
+    assert (PLUGINS / "plugin_utils" / "_report_table.py").is_file()
+    assert (PLUGINS / "plugin_utils" / "_promote.py").is_file()
+    assert not (PLUGINS / "module_utils" / "_promote.py").exists()
