@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 EXT = "files/sglang_ext"
 PKG = f"{EXT}/kdtree_verify"
-SMOKE = "plugins/modules/kdtree_smoke.py"
+SMOKE = "plugins/module_utils/_smoke_judge.py"  # the rules of the smoke check: judge()
 REPORT = "plugins/module_utils/_report.py"
 REPORT_TESTS = "tests/roles/test_report.py"
 PROMOTE = "plugins/module_utils/_promote.py"

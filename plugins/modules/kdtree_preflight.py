@@ -29,10 +29,6 @@ description:
     fallback with target.py's C(NO_LIBRARY_REASON)).
   - Reads only; changes nothing.
 options:
-  unit:
-    description: Unit name with its suffix, e.g. V(sglang.service).
-    type: str
-    required: true
   dropin_name:
     description: File name of kdtree's drop-in (left out of the merge; later drop-ins are compared to it).
     type: str
@@ -77,13 +73,10 @@ options:
         drop-in would drop it.
     type: str
     default: ""
-attributes:
-  check_mode:
-    support: full
-    description: Reads only; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Changes nothing.
+extends_documentation_fragment:
+  - kdtree.fleet.attributes
+  - kdtree.fleet.attributes.read_only
+  - kdtree.fleet.unit.unit_file
 author: kdtree-fleet
 """
 
