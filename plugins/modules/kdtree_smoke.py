@@ -34,8 +34,11 @@ description:
     active; the message carries the traceback.
   - Succeeds only when the health endpoint answers 200 from a socket of the unit, the wanted number of
     scheduler processes runs in the unit's cgroup, every scheduler printed the kdtree-verify marker
-    with the wanted state (and, for C(active), no runtime fallback line), every scheduler's
-    C(/proc/PID/environ) holds O(nccl_env), and all of that held for O(settle_s) seconds.
+    with the wanted state (and, for C(active), no runtime fallback line, which the patch prints when it
+    gives up at run time on a library that does not load, an unsupported GPU or a kernel error on the
+    first verify call; on a GPU host that first call comes during SGLang's CUDA-graph capture, before
+    the health URL answers 200), every scheduler's C(/proc/PID/environ) holds O(nccl_env), and all
+    of that held for O(settle_s) seconds.
   - The health answer counts only when the socket listening on the health URL's port belongs to a
     process of the unit's cgroup (C(/proc/net/tcp), C(/proc/net/tcp6) and C(/proc/PID/fd)); an answer
     from another process is reported as RV(health) C(<code> from pid <pid> (<comm>), not <unit>.service)
