@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 EXT = "files/sglang_ext"
 PKG = f"{EXT}/kdtree_verify"
-SMOKE = "plugins/modules/kdtree_smoke.py"
+SMOKE = "plugins/module_utils/_smoke_judge.py"  # the rules of the smoke check: judge()
 REPORT = "plugins/module_utils/_report.py"  # the host side (the kdtree_report module's)
 REPORT_TABLE = "plugins/plugin_utils/_report_table.py"  # the controller side: rows and the table
 REPORT_TESTS = "tests/roles/test_report.py"

@@ -1,5 +1,7 @@
 """Preflight of an SGLang unit before kdtree touches it (stdlib only; no Ansible imports).
 
+execute(params) is the kdtree_preflight module's whole work; the module only wraps it.
+
 Reads the unit as systemd merges it (the unit file and every drop-in `systemctl show` lists, in
 order; `systemctl show` for the effective stdout/stderr) and answers, check by check, whether the
 kdtree drop-in would work there. Each failed check names the file and line to change and how.
@@ -24,6 +26,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.kdtree.fleet.plugins.module_utils import _patch_files as patch_files
 from ansible_collections.kdtree.fleet.plugins.module_utils._unit_env import (
     Setting,
     UnitEnvironment,
@@ -562,4 +565,71 @@ def launch_facts(unit: Unit, exec_start_override: list[str]) -> dict[str, Any]:
         "unparsed": unparsed,
         # None: the command line leaves SGLang's default
         "port": int(port) if port is not None and port.isdigit() else None,
+    }
+
+
+def load_target(patch_dir: str) -> Any:
+    """<patch_dir>/<patch_files.TARGET_FILE> (constants only), loaded by path."""
+    return patch_files.load_installed(
+        patch_dir,
+        patch_files.TARGET_FILE,
+        "kdtree_preflight_target",
+        ("SERVED_BACKEND", "SUPPORTED_SGLANG_VERSIONS"),
+    )
+
+
+def execute(params: dict[str, Any], check_mode: bool = False) -> dict[str, Any]:
+    """The kdtree_preflight module's work, apart from AnsibleModule. In check mode on a host where
+    the patch is not installed yet, the checks that need it (backend, sglang, probe) are left out
+    and named."""
+    skip = list(params["skip"])
+    note = ""
+    try:
+        target = load_target(params["patch_dir"])
+        served, supported = target.SERVED_BACKEND, tuple(target.SUPPORTED_SGLANG_VERSIONS)
+    except patch_files.PatchFileMissing:
+        if not check_mode:
+            raise
+        target = None
+        served, supported = "", ()
+        skip += ["backend", "sglang", "probe"]
+        note = " (check mode: backend, sglang and probe need the installed patch; not run)"
+    probe_env = dict(params["probe_env"] or {})
+    lib = probe_env.get("KDTREE_LIB", "")
+    library_pending = ""
+    if "probe" not in skip and lib and not os.path.exists(lib):
+        # the deploy builds the library after its preflight: probe without it, and accept a child
+        # patched up to the library (the smoke check proves the library loads)
+        probe_env["KDTREE_LIB"] = ""
+        library_pending = getattr(target, "NO_LIBRARY_REASON", "")
+        note = f" (the library {lib} is built after the preflight: the probe ran without it)"
+    unit = read_unit(params["unit"], params["dropin_name"])
+    if not unit.fragment:
+        return {"failed": True, "checks": [], "launch": {}, "msg": f"{params['unit']} has no unit file"}
+    checks = run_checks(
+        unit,
+        managed_vars=params["managed_vars"],
+        exec_start_override=params["exec_start"],
+        compute_capability=params["compute_capability"],
+        served_backend=served,
+        supported_versions=supported,
+        probe_env=probe_env,
+        skip=skip,
+        timeout_s=float(params["timeout_s"]),
+        env_file=params["secret_env_file"],
+        library_pending=library_pending,
+    )
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        msg = (
+            f"kdtree preflight refused {params['unit']} ({len(failed)} of {len(checks)} checks failed; "
+            "nothing on the host was changed):\n" + "\n".join(c.line() for c in failed)
+        )
+    else:
+        msg = f"preflight ok: {', '.join(c.name for c in checks)}{note}"
+    return {
+        "failed": bool(failed),
+        "checks": [{"name": c.name, "ok": c.ok, "message": c.message, "where": c.where} for c in checks],
+        "launch": launch_facts(unit, params["exec_start"]),
+        "msg": msg,
     }

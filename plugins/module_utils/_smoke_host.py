@@ -5,8 +5,8 @@ for one invocation from the previous poll's cursor (module_utils/_journal.py bui
 folds its output into a JournalState), the HTTP health GET and who listens on its port
 (module_utils/_unit_socket.py), /proc (cgroup, cmdline, environ of the unit's processes) and, after
 journald suppressed lines of the run, the patch's status files. restart_unit() is the check's only
-action. Deciding what a snapshot means is the module's judge() (plugins/modules/kdtree_smoke.py); it
-never reads the host.
+action. Deciding what a snapshot means is judge() (module_utils/_smoke_judge.py); it never reads
+the host.
 
 Stdlib only, and its only imports of other module_utils are journal.py, unit_socket.py and
 patch_files.py (all stdlib only): scripts/testhosts/hostread.py sends the four files' source

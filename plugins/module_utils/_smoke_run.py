@@ -1,8 +1,9 @@
 """The one run a kdtree_smoke check watches, handed between its chunks.
 
 The kdtree_smoke module returns it as `run`; the action plugin passes that dict back unchanged as
-the `run` option of the next chunk. Shared by the module (plugins/modules/kdtree_smoke.py) and the
-action plugin (plugins/action/kdtree_smoke.py); stdlib only.
+the module's internal `_run` option (RUN_OPTION) of the next chunk. Shared by the module
+(plugins/modules/kdtree_smoke.py, module_utils/_smoke_check.py) and the action plugin
+(plugins/action/kdtree_smoke.py); stdlib only.
 """
 
 from __future__ import annotations
@@ -10,8 +11,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-# The `run` option's suboptions, as AnsibleModule's argument_spec writes them (the module's
-# DOCUMENTATION describes the same ones).
+# The module option that carries the run between chunks. Internal, like community.general's
+# iptables_state `_back`: in the module's argument_spec but not in its DOCUMENTATION; only the
+# action plugin sets it, and it refuses a task that does.
+RUN_OPTION = "_run"
+# Its suboptions, as AnsibleModule's argument_spec writes them (RunState's fields; the module's
+# RETURN documents them under `run`).
 RUN_SUBOPTIONS: dict[str, dict[str, Any]] = {
     "invocation_id": {"type": "str", "default": ""},
     "baseline_nrestarts": {"type": "int", "default": 0},
@@ -49,7 +54,7 @@ class RunState:
 
     @classmethod
     def from_option(cls, value: dict[str, Any] | None) -> RunState:
-        """From the module's `run` option or a chunk result's `run` (missing keys take defaults)."""
+        """From the module's `_run` option or a chunk result's `run` (missing keys take defaults)."""
         value = value or {}
         healthy_since = value.get("healthy_since")
         return cls(

@@ -65,13 +65,15 @@ options:
     description: Entries kept in the file (the last good one is always kept).
     type: int
     default: 20
+extends_documentation_fragment:
+  - kdtree.fleet.attributes
 attributes:
   check_mode:
     support: full
-    description: In check mode begin and finish report the entry they would write and write nothing.
+    details: In check mode begin and finish report the entry they would write and write nothing.
   diff_mode:
     support: none
-    description: The file is a log, not configuration.
+    details: The file is a log, not configuration.
 author: kdtree-fleet
 """
 
@@ -104,6 +106,11 @@ entry:
   description: The entry begun or finished.
   type: dict
   returned: when action is begin or finish
+  contains:
+    id:
+      description: The entry's id; a later call passes it as O(id) with O(action=finish).
+      type: str
+      sample: 20261130T120000Z-1a2b3c
 last_good:
   description: The newest healthy entry whose drop-in differs from the live one; null when none.
   type: dict

@@ -43,13 +43,15 @@ options:
     description: The lock file.
     type: path
     default: /var/lib/kdtree/lock.json
+extends_documentation_fragment:
+  - kdtree.fleet.attributes
 attributes:
   check_mode:
     support: full
-    description: In check mode a held lock still refuses the run; nothing is written.
+    details: In check mode a held lock still refuses the run; nothing is written.
   diff_mode:
     support: none
-    description: Not configuration.
+    details: The lock file is not configuration.
 author: kdtree-fleet
 """
 

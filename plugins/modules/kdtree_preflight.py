@@ -29,10 +29,6 @@ description:
     fallback with target.py's C(NO_LIBRARY_REASON)).
   - Reads only; changes nothing.
 options:
-  unit:
-    description: Unit name with its suffix, e.g. V(sglang.service).
-    type: str
-    required: true
   dropin_name:
     description: File name of kdtree's drop-in (left out of the merge; later drop-ins are compared to it).
     type: str
@@ -77,13 +73,10 @@ options:
         drop-in would drop it.
     type: str
     default: ""
-attributes:
-  check_mode:
-    support: full
-    description: Reads only; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Changes nothing.
+extends_documentation_fragment:
+  - kdtree.fleet.attributes
+  - kdtree.fleet.attributes.read_only
+  - kdtree.fleet.unit.unit_file
 author: kdtree-fleet
 """
 
@@ -119,7 +112,6 @@ msg:
   returned: always
 """
 
-import os
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
@@ -129,72 +121,6 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import (
 from ansible_collections.kdtree.fleet.plugins.module_utils import (
     _preflight as preflight,
 )
-
-
-def load_target(patch_dir: str):
-    """<patch_dir>/<patch_files.TARGET_FILE> (constants only), loaded by path."""
-    return patch_files.load_installed(
-        patch_dir,
-        patch_files.TARGET_FILE,
-        "kdtree_preflight_target",
-        ("SERVED_BACKEND", "SUPPORTED_SGLANG_VERSIONS"),
-    )
-
-
-def run(params: dict, check_mode: bool = False) -> dict:
-    """The module's work, apart from AnsibleModule. In check mode on a host where the patch is not
-    installed yet, the checks that need it (backend, sglang, probe) are left out and named."""
-    skip = list(params["skip"])
-    note = ""
-    try:
-        target = load_target(params["patch_dir"])
-        served, supported = target.SERVED_BACKEND, tuple(target.SUPPORTED_SGLANG_VERSIONS)
-    except patch_files.PatchFileMissing:
-        if not check_mode:
-            raise
-        target = None
-        served, supported = "", ()
-        skip += ["backend", "sglang", "probe"]
-        note = " (check mode: backend, sglang and probe need the installed patch; not run)"
-    probe_env = dict(params["probe_env"] or {})
-    lib = probe_env.get("KDTREE_LIB", "")
-    library_pending = ""
-    if "probe" not in skip and lib and not os.path.exists(lib):
-        # the deploy builds the library after its preflight: probe without it, and accept a child
-        # patched up to the library (the smoke check proves the library loads)
-        probe_env["KDTREE_LIB"] = ""
-        library_pending = getattr(target, "NO_LIBRARY_REASON", "")
-        note = f" (the library {lib} is built after the preflight: the probe ran without it)"
-    unit = preflight.read_unit(params["unit"], params["dropin_name"])
-    if not unit.fragment:
-        return {"failed": True, "checks": [], "launch": {}, "msg": f"{params['unit']} has no unit file"}
-    checks = preflight.run_checks(
-        unit,
-        managed_vars=params["managed_vars"],
-        exec_start_override=params["exec_start"],
-        compute_capability=params["compute_capability"],
-        served_backend=served,
-        supported_versions=supported,
-        probe_env=probe_env,
-        skip=skip,
-        timeout_s=float(params["timeout_s"]),
-        env_file=params["secret_env_file"],
-        library_pending=library_pending,
-    )
-    failed = [c for c in checks if not c.ok]
-    if failed:
-        msg = (
-            f"kdtree preflight refused {params['unit']} ({len(failed)} of {len(checks)} checks failed; "
-            "nothing on the host was changed):\n" + "\n".join(c.line() for c in failed)
-        )
-    else:
-        msg = f"preflight ok: {', '.join(c.name for c in checks)}{note}"
-    return {
-        "failed": bool(failed),
-        "checks": [{"name": c.name, "ok": c.ok, "message": c.message, "where": c.where} for c in checks],
-        "launch": preflight.launch_facts(unit, params["exec_start"]),
-        "msg": msg,
-    }
 
 
 def main() -> None:
@@ -214,7 +140,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     try:
-        result = run(module.params, module.check_mode)
+        result = preflight.execute(module.params, module.check_mode)
     except (
         OSError,
         subprocess.SubprocessError,

@@ -36,21 +36,15 @@ description:
     first GPU C(nvidia-smi) lists (10 s timeout) when it is installed."
   - What cannot be read is reported in RV(row.errors) and never fails the module.
 author: kdtree-fleet
+extends_documentation_fragment:
+  - kdtree.fleet.attributes
+  - kdtree.fleet.attributes.read_only
+  - kdtree.fleet.unit
 attributes:
-  check_mode:
-    support: full
-    description: The module only reads; it does the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing changes.
   platform:
-    platforms: posix
-    details: Linux hosts with systemd and /proc; run as root to read the history and /proc/PID/environ.
+    details: Linux hosts with systemd and C(/proc); run as root to read the history and
+      C(/proc/PID/environ).
 options:
-  unit:
-    description: Unit name without C(.service).
-    type: str
-    required: true
   host:
     description: The name the row carries (the role passes C(inventory_hostname)).
     type: str
@@ -69,10 +63,6 @@ options:
     description: The deploy history file.
     type: path
     default: /var/lib/kdtree/state.json
-  scheduler_prefix:
-    description: Process title prefix of the scheduler processes.
-    type: str
-    default: "sglang::scheduler"
   nvidia_smi:
     description: nvidia-smi, asked for the compute capability when the history's build does not say it.
     type: str

@@ -18,22 +18,15 @@ description:
     directory to the PYTHONPATH the operator's unit already sets instead of replacing it.
   - Reads only; changes nothing.
 options:
-  unit:
-    description: Unit name with its suffix, e.g. V(sglang.service).
-    type: str
-    required: true
   exclude_dropins:
     description: File names of drop-ins to leave out (e.g. V(50-kdtree.conf)).
     type: list
     elements: str
     default: []
-attributes:
-  check_mode:
-    support: full
-    description: Reads only; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Changes nothing, so there is nothing to diff.
+extends_documentation_fragment:
+  - kdtree.fleet.attributes
+  - kdtree.fleet.attributes.read_only
+  - kdtree.fleet.unit.unit_file
 author: kdtree-fleet
 """
 

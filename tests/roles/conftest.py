@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +18,31 @@ ROLES = ROOT / "roles"
 # The patch as this repository ships it (the smoke check loads <patch dir>/kdtree_verify/telemetry/marker.py).
 PATCH_DIR = ROOT / "files" / "sglang_ext"
 ROLE_NAMES = sorted(p.name for p in ROLES.iterdir() if (p / "defaults" / "main.yml").exists())
+MODULE_NAMES = sorted(f"kdtree.fleet.{p.stem}" for p in (ROOT / "plugins" / "modules").glob("*.py"))
+ANSIBLE_BIN = Path(sys.executable).parent
+needs_ansible = pytest.mark.skipif(not (ANSIBLE_BIN / "ansible-doc").exists(), reason="needs the tools venv")
+
+
+def ansible_doc(*args: str) -> subprocess.CompletedProcess:
+    """ansible-doc with this worktree's ansible.cfg (the collection as Ansible finds it)."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    return subprocess.run(
+        [str(ANSIBLE_BIN / "ansible-doc"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def rendered_docs() -> dict[str, dict]:
+    """Every module's documentation as ansible-doc renders it (doc fragments merged in), by FQCN."""
+    out = ansible_doc("-t", "module", "--json", *MODULE_NAMES)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
 
 
 def load_yaml(path: Path):
@@ -32,7 +62,7 @@ def smoke_module():
 
 
 @pytest.fixture(scope="module")
-def hu(smoke_module):
+def hu():
     """module_utils/_smoke_host (Snapshot, parse_journal, load_marker, read_host)."""
     return importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils._smoke_host")
 

@@ -4,6 +4,9 @@ never as a marker; marker.py's match_status_problem() is how a parser can recogn
 
 from __future__ import annotations
 
+from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_judge as sj
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_run import RunState
+
 INVOCATION = "00112233445566778899aabbccddeeff"
 T0 = 1_764_510_000.0
 
@@ -20,9 +23,7 @@ def test_the_status_line_is_neither_a_marker_nor_a_runtime_fallback(marker):
     assert marker.match_status_problem(line) == (301, "unwritable")
 
 
-def test_the_smoke_check_passes_an_active_scheduler_whose_status_file_was_unwritable(
-    smoke_module, hu, marker
-):
+def test_the_smoke_check_passes_an_active_scheduler_whose_status_file_was_unwritable(hu, marker):
     journal = [
         marker.format_line({"pid": 301, "ppid": 100, "title": "sglang::scheduler", "state": "active"}),
         status_line(marker, 301),
@@ -39,14 +40,14 @@ def test_the_smoke_check_passes_an_active_scheduler_whose_status_file_was_unwrit
         health="200",
         schedulers=[hu.Process(pid=301, title="sglang::scheduler", environ={"NCCL_ALGO": "Ring"})],
     )
-    wanted = smoke_module.Wanted(
+    wanted = sj.Wanted(
         unit="sglang",
-        run=smoke_module.RunState(invocation_id=INVOCATION, started_at=T0),
+        run=RunState(invocation_id=INVOCATION, started_at=T0),
         timeout_s=60.0,
         expected_schedulers=1,
         nccl_env={"NCCL_ALGO": "Ring"},
         settle_s=0.0,
     )
-    verdict = smoke_module.judge(snap, wanted)
+    verdict = sj.judge(snap, wanted)
     assert verdict.state == "ok", verdict.msg
     assert "fell back" not in verdict.msg

@@ -337,21 +337,17 @@ def test_a_library_not_built_yet_passes_only_a_child_patched_up_to_the_library(
 
 
 def test_the_module_probes_without_a_library_that_does_not_exist_yet(tmp_path, monkeypatch):
-    """kdtree_preflight.run: KDTREE_LIB names a build not compiled yet -> the probe gets it empty and
-    target.py's NO_LIBRARY_REASON as the accepted reason."""
-    from ansible_collections.kdtree.fleet.plugins.modules import kdtree_preflight
-
+    """preflight.execute (the kdtree_preflight module's work): KDTREE_LIB names a build not
+    compiled yet -> the probe gets it empty and target.py's NO_LIBRARY_REASON as the accepted reason."""
     seen = {}
 
     def fake_run_checks(unit, **kw):
         seen.update(kw)
         return []
 
-    monkeypatch.setattr(
-        kdtree_preflight.preflight, "read_unit", lambda *a: type("U", (), {"fragment": "x"})()
-    )
-    monkeypatch.setattr(kdtree_preflight.preflight, "run_checks", fake_run_checks)
-    monkeypatch.setattr(kdtree_preflight.preflight, "launch_facts", lambda *a: {})
+    monkeypatch.setattr(preflight, "read_unit", lambda *a: type("U", (), {"fragment": "x"})())
+    monkeypatch.setattr(preflight, "run_checks", fake_run_checks)
+    monkeypatch.setattr(preflight, "launch_facts", lambda *a: {})
     params = {
         "unit": "sglang.service",
         "dropin_name": "50-kdtree.conf",
@@ -364,14 +360,14 @@ def test_the_module_probes_without_a_library_that_does_not_exist_yet(tmp_path, m
         "secret_env_file": "",
         "probe_env": {"KDTREE_LIB": str(tmp_path / "builds/x/libkdtree_verify.so"), "KDTREE_VERIFY": "on"},
     }
-    result = kdtree_preflight.run(params)
+    result = preflight.execute(params)
     assert seen["probe_env"]["KDTREE_LIB"] == ""
     assert seen["library_pending"] == NO_LIB
     assert "built after the preflight" in result["msg"]
     lib = tmp_path / "lib.so"
     lib.write_bytes(b"")
     params["probe_env"] = {"KDTREE_LIB": str(lib), "KDTREE_VERIFY": "on"}
-    kdtree_preflight.run(params)
+    preflight.execute(params)
     assert seen["probe_env"]["KDTREE_LIB"] == str(lib)
     assert seen["library_pending"] == ""
 
@@ -379,10 +375,9 @@ def test_the_module_probes_without_a_library_that_does_not_exist_yet(tmp_path, m
 def test_a_patch_not_installed_yet_leaves_out_its_checks_in_check_mode_and_fails_otherwise(
     tmp_path, monkeypatch
 ):
-    """kdtree_preflight.run on a host without the patch: check mode leaves out backend, sglang and
+    """preflight.execute on a host without the patch: check mode leaves out backend, sglang and
     probe and says so; a real run stops with the missing target.py named."""
     from ansible_collections.kdtree.fleet.plugins.module_utils import _patch_files as patch_files
-    from ansible_collections.kdtree.fleet.plugins.modules import kdtree_preflight
 
     seen = {}
 
@@ -390,11 +385,9 @@ def test_a_patch_not_installed_yet_leaves_out_its_checks_in_check_mode_and_fails
         seen.update(kw)
         return []
 
-    monkeypatch.setattr(
-        kdtree_preflight.preflight, "read_unit", lambda *a: type("U", (), {"fragment": "x"})()
-    )
-    monkeypatch.setattr(kdtree_preflight.preflight, "run_checks", fake_run_checks)
-    monkeypatch.setattr(kdtree_preflight.preflight, "launch_facts", lambda *a: {})
+    monkeypatch.setattr(preflight, "read_unit", lambda *a: type("U", (), {"fragment": "x"})())
+    monkeypatch.setattr(preflight, "run_checks", fake_run_checks)
+    monkeypatch.setattr(preflight, "launch_facts", lambda *a: {})
     params = {
         "unit": "sglang.service",
         "dropin_name": "50-kdtree.conf",
@@ -407,11 +400,11 @@ def test_a_patch_not_installed_yet_leaves_out_its_checks_in_check_mode_and_fails
         "secret_env_file": "",
         "probe_env": {},
     }
-    result = kdtree_preflight.run(params, check_mode=True)
+    result = preflight.execute(params, check_mode=True)
     assert {"backend", "sglang", "probe"} <= set(seen["skip"])
     assert "need the installed patch" in result["msg"]
     with pytest.raises(patch_files.PatchFileError, match=r"is the kdtree patch installed in .*not-installed"):
-        kdtree_preflight.run(params)
+        preflight.execute(params)
 
 
 def test_the_node_rank_is_read_and_a_rank_beyond_the_nodes_is_refused(tmp_path):

@@ -268,8 +268,15 @@ def test_every_host_command_has_a_timeout():
     assert len(calls) >= 3  # systemctl show / journalctl, systemctl restart, the health GET
     for call in calls:
         assert "timeout" in {kw.arg for kw in call.keywords}, ast.unparse(call)
-    module = (ROOT / "plugins" / "modules" / "kdtree_smoke.py").read_text(encoding="utf-8")
-    assert "subprocess" not in module, "the module runs host commands only through smoke_host"
+    for path in (
+        "plugins/modules/kdtree_smoke.py",
+        "plugins/module_utils/_smoke_check.py",
+        "plugins/module_utils/_smoke_watch.py",
+        "plugins/module_utils/_smoke_judge.py",
+        "plugins/module_utils/_smoke_result.py",
+    ):
+        source = (ROOT / path).read_text(encoding="utf-8")
+        assert "subprocess" not in source, f"{path}: the check runs host commands only through smoke_host"
 
 
 @pytest.mark.parametrize(("path", "want"), [("/health", "200"), ("/busy", "503")])

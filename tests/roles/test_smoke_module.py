@@ -1,5 +1,6 @@
 """The kdtree_smoke module as Ansible sees it: documentation, options, results, execute() and the
-action plugin's chunk loop (plugins/modules/kdtree_smoke.py, plugins/action/kdtree_smoke.py)."""
+action plugin's chunk loop (plugins/modules/kdtree_smoke.py, module_utils/_smoke_check.py,
+plugins/action/kdtree_smoke.py)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,19 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from conftest import PATCH_DIR, ROOT
+from ansible.errors import AnsibleActionFail
+from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_check as sc
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_run import RUN_OPTION, RUN_SUBOPTIONS
+from conftest import PATCH_DIR, ROOT, ansible_doc, needs_ansible, rendered_docs
 
 INVOCATION = "0123456789abcdef0123456789abcdef"
 T0 = 1_764_490_000.0
 ANSIBLE_BIN = Path(sys.executable).parent
+SMOKE_UTILS = sorted((ROOT / "plugins" / "module_utils").glob("_smoke_*.py"))
 
 
 @pytest.fixture(scope="module")
-def action(smoke_module):
+def action():
     return importlib.import_module("ansible_collections.kdtree.fleet.plugins.action.kdtree_smoke")
 
 
@@ -85,7 +90,7 @@ def params(**over) -> dict:
         "unit": "sglang",
         "restart": False,
         "restart_timeout_s": 300.0,
-        "run": {"invocation_id": "", "baseline_nrestarts": 0, "started_at": 0.0, "healthy_since": None},
+        "_run": {"invocation_id": "", "baseline_nrestarts": 0, "started_at": 0.0, "healthy_since": None},
         "chunk_s": 0.0,
         "timeout_s": 900.0,
         "poll_s": 0.25,
@@ -106,8 +111,8 @@ def params(**over) -> dict:
     return base
 
 
-def execute(module, host, **over):
-    return module.execute(
+def execute(host, **over):
+    return sc.execute(
         params(**over),
         read=host.read,
         restart=host.restart,
@@ -119,53 +124,61 @@ def execute(module, host, **over):
 # --- documentation ---------------------------------------------------------------------------
 
 
-def test_documented_options_are_the_argument_spec(smoke_module):
-    options = doc(smoke_module, "DOCUMENTATION")["options"]
+@needs_ansible
+def test_documented_options_are_the_argument_spec_less_its_internal_options(smoke_module):
+    """ansible-doc's options (the module's and its doc fragments') are the argument spec's, except the
+    internal ones: underscored, set only by the action plugin, and never documented."""
+    options = rendered_docs()["kdtree.fleet.kdtree_smoke"]["doc"]["options"]
     spec = smoke_module.ARGUMENT_SPEC
-    assert sorted(options) == sorted(spec)
-    for name, entry in spec.items():
-        documented = options[name]
+    internal = sorted(name for name in spec if name.startswith("_"))
+    assert internal == [RUN_OPTION]
+    assert sorted(options) == sorted(name for name in spec if name not in internal)
+    for name, documented in options.items():
+        entry = spec[name]
         assert documented["type"] == entry["type"], name
         assert documented.get("required", False) == entry.get("required", False), name
         assert documented.get("default") == entry.get("default"), name
         assert documented.get("description"), name
-    run_doc = options["run"]["suboptions"]
-    assert sorted(run_doc) == sorted(smoke_module.RUN_SUBOPTIONS)
-    for name, entry in smoke_module.RUN_SUBOPTIONS.items():
-        assert run_doc[name]["type"] == entry["type"], name
-        assert run_doc[name].get("default") == entry.get("default"), name
+    assert spec[RUN_OPTION]["options"] == RUN_SUBOPTIONS
+
+
+def test_the_returned_run_is_what_the_internal_option_takes(smoke_module):
+    returned = doc(smoke_module, "RETURN")["run"]["contains"]
+    assert sorted(returned) == sorted(RUN_SUBOPTIONS)
+    for name, entry in RUN_SUBOPTIONS.items():
+        assert returned[name]["type"] == entry["type"], name
 
 
 def test_documentation_declares_check_and_diff_mode(smoke_module):
     documentation = doc(smoke_module, "DOCUMENTATION")
     assert documentation["attributes"]["check_mode"]["support"] in ("full", "partial")
     assert documentation["attributes"]["diff_mode"]["support"] == "none"
-    assert "ansible.builtin.action_common_attributes" in documentation["extends_documentation_fragment"]
+    assert "kdtree.fleet.attributes" in documentation["extends_documentation_fragment"]
     assert yaml.safe_load(smoke_module.EXAMPLES)
 
 
-def results(module, hu) -> dict[str, dict]:
+def results(hu) -> dict[str, dict]:
     """One real result per outcome, from execute() on fake hosts."""
     out = {
-        "ok": execute(module, Host(hu)),
-        "pending": execute(module, Host(hu, health="503")),
-        "failed": execute(module, Host(hu, marker_state="fallback")),
-        "check mode": module.execute(params(restart=True), check_mode=True),
-        "rollback": execute(module, Host(hu), marker_state="", patch_dir=""),
+        "ok": execute(Host(hu)),
+        "pending": execute(Host(hu, health="503")),
+        "failed": execute(Host(hu, marker_state="fallback")),
+        "check mode": sc.execute(params(restart=True), check_mode=True),
+        "rollback": execute(Host(hu), marker_state="", patch_dir=""),
     }
 
     def unreadable(query, marker=None, parts=None, journal=None):
         raise hu.HostError("journalctl timed out")
 
     run = {"invocation_id": INVOCATION, "baseline_nrestarts": 0, "started_at": T0, "healthy_since": None}
-    out["unreadable"] = module.execute(params(run=run), read=unreadable, sleep=lambda s: None)
+    out["unreadable"] = sc.execute(params(_run=run), read=unreadable, sleep=lambda s: None)
     assert [r["state"] for r in out.values()] == ["ok", "pending", "failed", "ok", "ok", "failed"]
     return out
 
 
 def test_return_documents_every_key_of_every_result(smoke_module, hu):
     returned = doc(smoke_module, "RETURN")
-    for outcome, result in results(smoke_module, hu).items():
+    for outcome, result in results(hu).items():
         assert sorted(result) == sorted(returned), outcome
         assert sorted(result["run"]) == sorted(returned["run"]["contains"]), outcome
         for scheduler in result["schedulers"]:
@@ -176,32 +189,29 @@ def test_return_documents_every_key_of_every_result(smoke_module, hu):
 def test_return_types_match_the_results(smoke_module, hu):
     types = {"str": str, "float": float, "list": list, "dict": dict, "bool": bool, "int": int}
     returned = doc(smoke_module, "RETURN")
-    result = results(smoke_module, hu)["ok"]
+    result = results(hu)["ok"]
     for key, entry in returned.items():
         assert isinstance(result[key], types[entry["type"]]), key
     assert result["schedulers"]
 
 
-@pytest.mark.skipif(not (ANSIBLE_BIN / "ansible-doc").exists(), reason="needs the tools venv")
-def test_ansible_doc_renders_the_module():
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    out = subprocess.run(
-        [str(ANSIBLE_BIN / "ansible-doc"), "-t", "module", "kdtree.fleet.kdtree_smoke"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
+@needs_ansible
+def test_ansible_doc_renders_the_module_with_its_fragments_and_without_internal_options():
+    out = ansible_doc("-t", "module", "kdtree.fleet.kdtree_smoke")
     assert out.returncode == 0, out.stderr
     for text in ("patch_dir", "restart_timeout_s", "RETURN VALUES", "check_mode", "partial"):
         assert text in out.stdout
+    # from the doc fragments kdtree.fleet.unit and kdtree.fleet.attributes
+    for text in ("scheduler_prefix", "Unit name without", "platforms: posix"):
+        assert text in out.stdout
+    assert RUN_OPTION not in out.stdout
     assert "WARNING" not in out.stderr
 
 
 def test_the_module_has_no_marker_regex_of_its_own():
-    for path in ("plugins/modules/kdtree_smoke.py", "plugins/module_utils/_smoke_host.py"):
+    paths = ["plugins/modules/kdtree_smoke.py", *(f"plugins/module_utils/{p.name}" for p in SMOKE_UTILS)]
+    assert len(paths) > 5
+    for path in paths:
         source = (ROOT / path).read_text(encoding="utf-8")
         assert "MARKER_RE" not in source, path
         assert "re.compile" not in source, path
@@ -211,16 +221,16 @@ def test_the_module_has_no_marker_regex_of_its_own():
 # --- execute() -------------------------------------------------------------------------------
 
 
-def test_check_mode_restarts_and_reads_nothing(smoke_module):
-    result = smoke_module.execute(params(restart=True, patch_dir=""), check_mode=True)
+def test_check_mode_restarts_and_reads_nothing():
+    result = sc.execute(params(restart=True, patch_dir=""), check_mode=True)
     assert result["changed"] is True
     assert result["state"] == "ok"
     assert "check mode" in result["msg"]
 
 
-def test_a_restart_is_bounded_and_starts_a_new_run(smoke_module, hu):
+def test_a_restart_is_bounded_and_starts_a_new_run(hu):
     host = Host(hu)
-    result = execute(smoke_module, host, restart=True, restart_timeout_s=120.0)
+    result = execute(host, restart=True, restart_timeout_s=120.0)
     assert host.restarts == [("sglang", 120.0)]
     assert result["changed"] is True
     assert {key: result["run"][key] for key in ("invocation_id", "baseline_nrestarts", "started_at")} == {
@@ -232,9 +242,9 @@ def test_a_restart_is_bounded_and_starts_a_new_run(smoke_module, hu):
     assert result["state"] == "ok"
 
 
-def test_without_a_restart_the_unit_s_current_run_is_watched(smoke_module, hu):
+def test_without_a_restart_the_unit_s_current_run_is_watched(hu):
     host = Host(hu)
-    result = execute(smoke_module, host)
+    result = execute(host)
     assert host.restarts == []
     assert result["changed"] is False
     assert result["run"]["invocation_id"] == INVOCATION
@@ -242,46 +252,46 @@ def test_without_a_restart_the_unit_s_current_run_is_watched(smoke_module, hu):
     assert host.reads[0] == frozenset(("unit",))
 
 
-def test_a_later_chunk_keeps_watching_the_run_it_is_given(smoke_module, hu):
+def test_a_later_chunk_keeps_watching_the_run_it_is_given(hu):
     host = Host(hu)
     run = {"invocation_id": INVOCATION, "baseline_nrestarts": 0, "started_at": T0 - 50, "healthy_since": None}
-    result = execute(smoke_module, host, run=run)
+    result = execute(host, _run=run)
     assert host.reads == [None]  # no look at the unit's current run first
     assert result["run"]["started_at"] == T0 - 50
     assert result["elapsed_s"] == 50.0
 
 
-def test_a_restart_of_the_watched_run_between_chunks_fails(smoke_module, hu):
+def test_a_restart_of_the_watched_run_between_chunks_fails(hu):
     host = Host(hu)
     run = {"invocation_id": "b" * 32, "baseline_nrestarts": 0, "started_at": T0, "healthy_since": None}
-    result = execute(smoke_module, host, run=run)
+    result = execute(host, _run=run)
     assert result["state"] == "failed"
     assert "restarted" in result["msg"]
 
 
-def test_a_wanted_marker_state_needs_patch_dir(smoke_module, hu):
+def test_a_wanted_marker_state_needs_patch_dir(hu):
     host = Host(hu)
-    with pytest.raises(smoke_module.SmokeError, match="needs patch_dir"):
-        execute(smoke_module, host, restart=True, patch_dir="")
+    with pytest.raises(sc.SmokeError, match="needs patch_dir"):
+        execute(host, restart=True, patch_dir="")
     assert host.restarts == []
 
 
-def test_a_missing_marker_py_fails_before_the_restart(smoke_module, hu, tmp_path):
+def test_a_missing_marker_py_fails_before_the_restart(hu, tmp_path):
     host = Host(hu)
-    with pytest.raises(smoke_module.SmokeError, match=r"marker\.py does not exist"):
-        execute(smoke_module, host, restart=True, patch_dir=str(tmp_path))
+    with pytest.raises(sc.SmokeError, match=r"marker\.py does not exist"):
+        execute(host, restart=True, patch_dir=str(tmp_path))
     assert host.restarts == []
     assert host.reads == []
 
 
-def test_a_rollback_needs_no_marker_py(smoke_module, hu):
+def test_a_rollback_needs_no_marker_py(hu):
     host = Host(hu)
-    result = execute(smoke_module, host, restart=True, marker_state="", patch_dir="", nccl_env={})
+    result = execute(host, restart=True, marker_state="", patch_dir="", nccl_env={})
     assert result["state"] == "ok"
     assert result["schedulers"][0]["marker"] == "none"
 
 
-def test_a_restart_that_does_not_finish_is_a_failed_run_with_its_own_message(smoke_module, hu):
+def test_a_restart_that_does_not_finish_is_a_failed_run_with_its_own_message(hu):
     """A failed run, not a module failure: with fail_on_error false (a rollback) the caller goes on."""
     host = Host(hu)
 
@@ -291,7 +301,7 @@ def test_a_restart_that_does_not_finish_is_a_failed_run_with_its_own_message(smo
             f"restart did not finish within {timeout_s:g} s (`systemctl restart {unit}.service`)"
         )
 
-    result = smoke_module.execute(params(restart=True), read=host.read, restart=restart, clock=host.clock)
+    result = sc.execute(params(restart=True), read=host.read, restart=restart, clock=host.clock)
     assert result["state"] == "failed"
     assert result["why"].startswith("restart did not finish within 300 s")
     assert result["msg"].startswith("sglang.service: restart did not finish within 300 s")
@@ -331,10 +341,10 @@ def test_action_prints_one_line_per_chunk_and_hands_the_run_back(action, monkeyp
     assert lines == ["  [gpu1] sglang: waiting p1", "  [gpu1] sglang: waiting p2"]
     assert [name for name, _ in calls] == ["kdtree.fleet.kdtree_smoke"] * 3
     assert calls[0][1]["restart"] is True
-    assert "run" not in calls[0][1]
+    assert RUN_OPTION not in calls[0][1]
     for _, args in calls[1:]:
         assert args["restart"] is False
-        assert args["run"]["invocation_id"] == INVOCATION
+        assert args[RUN_OPTION]["invocation_id"] == INVOCATION
     assert all("fail_on_error" not in args for _, args in calls)
     assert result["state"] == "ok"
     assert result["changed"] is True
@@ -355,6 +365,22 @@ def test_action_passes_a_module_failure_through_whatever_fail_on_error_says(acti
     result, calls, _ = run_action(action, [broken], monkeypatch, fail_on_error=False)
     assert result["failed"] is True
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("name", [RUN_OPTION, "_fail_on_error"])
+def test_action_refuses_a_task_that_sets_an_internal_option(action, monkeypatch, name):
+    with pytest.raises(AnsibleActionFail, match=rf"{name} is internal"):
+        run_action(action, [chunk("ok", 1)], monkeypatch, **{name: {"invocation_id": INVOCATION}})
+
+
+def test_action_leaves_the_internal_option_out_of_the_invocation_it_returns(action, monkeypatch):
+    def with_invocation(state: str, n: int) -> dict:
+        args = {"unit": "sglang", RUN_OPTION: {"journal": {"cursor": "s=1"}}}
+        return {**chunk(state, n), "invocation": {"module_args": args}}
+
+    result, _, _ = run_action(action, [with_invocation("pending", 1), with_invocation("ok", 2)], monkeypatch)
+    assert result["invocation"]["module_args"] == {"unit": "sglang"}
+    assert result["run"]["invocation_id"] == INVOCATION
 
 
 def test_action_has_no_unused_names(action):
@@ -427,18 +453,32 @@ def test_through_ansible_a_missing_marker_py_fails_clearly(tmp_path):
     assert f"{tmp_path}/kdtree_verify/telemetry/marker.py does not exist" in result["msg"]
 
 
-def test_a_later_chunk_reads_the_journal_on_from_the_state_it_is_given(smoke_module, hu):
+@pytest.mark.skipif(not (ANSIBLE_BIN / "ansible").exists(), reason="needs the tools venv")
+def test_through_ansible_a_task_that_sets_the_internal_run_is_refused():
+    rc, result = adhoc(
+        {
+            "unit": "sglang",
+            "health_url": "http://127.0.0.1:1/h",
+            "timeout_s": 60,
+            "marker_state": "",
+            RUN_OPTION: {"invocation_id": INVOCATION},
+        }
+    )
+    assert rc != 0
+    assert f"{RUN_OPTION} is internal" in result["msg"]
+
+
+def test_a_later_chunk_reads_the_journal_on_from_the_state_it_is_given(hu):
     host = Host(hu)
     state = {"cursor": "s=abc;i=99", "lines": 99}
     run = {"invocation_id": INVOCATION, "baseline_nrestarts": 0, "started_at": T0, "journal": state}
-    execute(smoke_module, host, run=run)
+    execute(host, _run=run)
     assert host.queries[0][1] == state
 
 
-def test_the_benign_patterns_status_dir_and_restart_time_reach_the_reader(smoke_module, hu):
+def test_the_benign_patterns_status_dir_and_restart_time_reach_the_reader(hu):
     host = Host(hu)
     execute(
-        smoke_module,
         host,
         restart=True,
         status_dir="/run/kdtree-verify",
@@ -451,8 +491,8 @@ def test_the_benign_patterns_status_dir_and_restart_time_reach_the_reader(smoke_
     assert query.not_before == T0
 
 
-def test_an_invalid_benign_pattern_fails_before_the_restart(smoke_module, hu):
+def test_an_invalid_benign_pattern_fails_before_the_restart(hu):
     host = Host(hu)
-    with pytest.raises(smoke_module.SmokeError, match="is not a regex"):
-        execute(smoke_module, host, restart=True, extra_benign_tracebacks=["(oops"])
+    with pytest.raises(sc.SmokeError, match="is not a regex"):
+        execute(host, restart=True, extra_benign_tracebacks=["(oops"])
     assert host.restarts == []

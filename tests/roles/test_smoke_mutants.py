@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import pytest
+from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_judge as sj
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_run import RunState
 
 INVOCATION = "fedcba9876543210fedcba9876543210"
 T0 = 1_764_500_000.0
@@ -38,10 +40,10 @@ def snapshot(hu, marker, schedulers: dict[int, dict[str, str]], at: float = 20.0
     )
 
 
-def wanted(module, expected: int, nccl_env: dict[str, str] | None = None):
-    return module.Wanted(
+def wanted(expected: int, nccl_env: dict[str, str] | None = None):
+    return sj.Wanted(
         unit="sglang",
-        run=module.RunState(invocation_id=INVOCATION, baseline_nrestarts=0, started_at=T0),
+        run=RunState(invocation_id=INVOCATION, baseline_nrestarts=0, started_at=T0),
         timeout_s=60.0,
         expected_schedulers=expected,
         marker_state="active",
@@ -50,9 +52,9 @@ def wanted(module, expected: int, nccl_env: dict[str, str] | None = None):
     )
 
 
-def test_the_baseline_two_schedulers_with_the_nccl_environment_are_healthy(smoke_module, hu, marker):
+def test_the_baseline_two_schedulers_with_the_nccl_environment_are_healthy(hu, marker):
     snap = snapshot(hu, marker, {201: dict(NCCL), 202: dict(NCCL)})
-    assert smoke_module.judge(snap, wanted(smoke_module, 2)).state == "ok"
+    assert sj.judge(snap, wanted(2)).state == "ok"
 
 
 @pytest.mark.parametrize(
@@ -60,31 +62,31 @@ def test_the_baseline_two_schedulers_with_the_nccl_environment_are_healthy(smoke
     [{"NCCL_P2P_LEVEL": "SYS"}, {"PATH": "/usr/bin", "SPT_NOENV": "1"}],
     ids=["one-of-two-missing", "none-of-them-set"],
 )
-def test_a_scheduler_missing_a_wanted_nccl_variable_fails_and_names_it(smoke_module, hu, marker, environ):
+def test_a_scheduler_missing_a_wanted_nccl_variable_fails_and_names_it(hu, marker, environ):
     snap = snapshot(hu, marker, {201: dict(NCCL), 202: environ})
-    verdict = smoke_module.judge(snap, wanted(smoke_module, 2))
+    verdict = sj.judge(snap, wanted(2))
     assert verdict.state == "failed"
     assert "does not run with the templated NCCL environment" in verdict.why
     assert '"NCCL_ALGO": null' in verdict.detail
     assert [s["nccl_env_ok"] for s in verdict.schedulers] == [True, False]
 
 
-def test_a_missing_nccl_variable_is_never_healthy_even_after_the_settle_time(smoke_module, hu, marker):
+def test_a_missing_nccl_variable_is_never_healthy_even_after_the_settle_time(hu, marker):
     for at in (5.0, 30.0, 59.0):
         snap = snapshot(hu, marker, {201: {"NCCL_P2P_LEVEL": "SYS"}}, at=at)
-        assert smoke_module.judge(snap, wanted(smoke_module, 1)).state == "failed"
+        assert sj.judge(snap, wanted(1)).state == "failed"
 
 
 @pytest.mark.parametrize("extra", [1, 2])
-def test_more_schedulers_than_tp_ranks_never_becomes_healthy(smoke_module, hu, marker, extra):
+def test_more_schedulers_than_tp_ranks_never_becomes_healthy(hu, marker, extra):
     pids = {201 + i: dict(NCCL) for i in range(2 + extra)}
-    verdict = smoke_module.judge(snapshot(hu, marker, pids), wanted(smoke_module, 2))
+    verdict = sj.judge(snapshot(hu, marker, pids), wanted(2))
     assert verdict.state == "pending"
     assert f"schedulers={2 + extra}/2" in verdict.progress
-    late = smoke_module.judge(snapshot(hu, marker, pids, at=61.0), wanted(smoke_module, 2))
+    late = sj.judge(snapshot(hu, marker, pids, at=61.0), wanted(2))
     assert late.state == "failed" and "not healthy within 60 s" in late.why
 
 
-def test_fewer_schedulers_than_tp_ranks_keeps_waiting(smoke_module, hu, marker):
-    verdict = smoke_module.judge(snapshot(hu, marker, {201: dict(NCCL)}), wanted(smoke_module, 2))
+def test_fewer_schedulers_than_tp_ranks_keeps_waiting(hu, marker):
+    verdict = sj.judge(snapshot(hu, marker, {201: dict(NCCL)}), wanted(2))
     assert verdict.state == "pending"

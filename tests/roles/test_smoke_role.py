@@ -81,3 +81,25 @@ def test_check_mode_runs_the_module_and_changes_nothing(tmp_path):
     out = play(tmp_path, {**INPUTS, "kdtree_smoke_patch_dir": str(PATCH_DIR)}, "--check")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "check mode: would restart and watch sglang-test.service" in out.stdout
+
+
+def test_each_role_variable_sets_the_module_option_of_its_name_as_the_argument_spec_says():
+    """meta/argument_specs.yml says: kdtree_smoke_X sets the module option X, except the variables it
+    names; the module's documentation describes the option. Pins that sentence to tasks/main.yml."""
+    import re
+
+    from ansible_collections.kdtree.fleet.plugins.modules import kdtree_smoke
+
+    tasks = yaml.safe_load((ROOT / "roles/kdtree_smoke/tasks/main.yml").read_text(encoding="utf-8"))
+    (args,) = [task["kdtree.fleet.kdtree_smoke"] for task in tasks if "kdtree.fleet.kdtree_smoke" in task]
+    spec = yaml.safe_load((ROOT / "roles/kdtree_smoke/meta/argument_specs.yml").read_text(encoding="utf-8"))
+    variables = set(spec["argument_specs"]["main"]["options"])
+    renamed = {"unit": "service_name", "chunk_s": "progress_s", "fail_on_error": "fail"}
+    passed = set()
+    for option, value in args.items():
+        assert option in kdtree_smoke.ARGUMENT_SPEC and not option.startswith("_"), option
+        used = set(re.findall(r"kdtree_smoke_(\w+)", value))
+        assert renamed.get(option, option) in used, (option, value)
+        passed |= {f"kdtree_smoke_{name}" for name in used}
+    assert variables - passed == set()
+    assert "kdtree_smoke_node_rank" in passed  # the one variable that is no module option

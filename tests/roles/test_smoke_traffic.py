@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_check as sc
 from conftest import PATCH_DIR
 from test_smoke_module import Host, params
 
@@ -442,17 +443,16 @@ def test_a_status_file_that_is_not_rewritten_fails_within_the_bound(tr):
 # --- the module ---------------------------------------------------------------------------------
 
 
-def module_execute(smoke_module, hu, host_over=None, **over):
+def module_execute(hu, host_over=None, **over):
     host = Host(hu, **(host_over or {}))
-    return smoke_module.execute(
+    return sc.execute(
         params(**over), read=host.read, restart=host.restart, sleep=host.sleep, clock=host.clock
     )
 
 
-def test_the_module_sends_traffic_once_healthy_and_reports_it(smoke_module, hu, tmp_path):
+def test_the_module_sends_traffic_once_healthy_and_reports_it(hu, tmp_path):
     with Server() as server, Publisher(tmp_path, [101], server, interval=0.05):
         result = module_execute(
-            smoke_module,
             hu,
             requests=3,
             status_dir=str(tmp_path),
@@ -467,10 +467,9 @@ def test_the_module_sends_traffic_once_healthy_and_reports_it(smoke_module, hu, 
     assert SECRET not in json.dumps(result)
 
 
-def test_a_failed_request_fails_the_module_without_printing_the_key(smoke_module, hu, tmp_path):
+def test_a_failed_request_fails_the_module_without_printing_the_key(hu, tmp_path):
     with Server(status=500, echo_auth=True) as server, Publisher(tmp_path, [101], server, interval=0.05):
         result = module_execute(
-            smoke_module,
             hu,
             requests=2,
             status_dir=str(tmp_path),
@@ -484,10 +483,9 @@ def test_a_failed_request_fails_the_module_without_printing_the_key(smoke_module
     assert SECRET not in json.dumps(result)
 
 
-def test_validate_mode_end_to_end_in_the_module(smoke_module, hu, tmp_path):
+def test_validate_mode_end_to_end_in_the_module(hu, tmp_path):
     with Server() as server, Publisher(tmp_path, [101], server, interval=0.05, mode="validate"):
         result = module_execute(
-            smoke_module,
             hu,
             requests=2,
             status_dir=str(tmp_path),
@@ -498,17 +496,17 @@ def test_validate_mode_end_to_end_in_the_module(smoke_module, hu, tmp_path):
     assert "traffic: 2 requests, compared calls +20 in 1/1 schedulers" in result["msg"]
 
 
-def test_traffic_needs_a_status_dir_and_fails_before_the_restart(smoke_module, hu):
+def test_traffic_needs_a_status_dir_and_fails_before_the_restart(hu):
     host = Host(hu)
-    with pytest.raises(smoke_module.SmokeError, match="needs status_dir"):
-        smoke_module.execute(params(restart=True, requests=4), read=host.read, restart=host.restart)
+    with pytest.raises(sc.SmokeError, match="needs status_dir"):
+        sc.execute(params(restart=True, requests=4), read=host.read, restart=host.restart)
     assert host.restarts == []
 
 
-def test_no_traffic_without_requests_or_for_a_run_without_the_patch(smoke_module, hu):
-    result = module_execute(smoke_module, hu)
+def test_no_traffic_without_requests_or_for_a_run_without_the_patch(hu):
+    result = module_execute(hu)
     assert result["state"] == "ok" and result["traffic"]["line"] == "traffic: none sent"
-    result = module_execute(smoke_module, hu, requests=4, marker_state="", patch_dir="")
+    result = module_execute(hu, requests=4, marker_state="", patch_dir="")
     assert result["state"] == "ok"
     assert "traffic: none sent (marker state unchecked" in result["msg"]
 
