@@ -17,7 +17,7 @@ description:
     the message names the holder and how long it has held the lock. Any content of the file (not
     JSON, odd values, a symlink, dangling or not) reads as a holder or a named problem, never a crash.
   - A lock left by a killed run is never taken over silently; break it with O(break_lock=true) once you
-    know that run is gone (the playbooks' C(-e kdtree_lock_break=true)). Breaking is compare-and-swap:
+    know that run is gone (the playbooks' C(-e kdtree_lock_break=true)). Breaking is compare-and-swap,
     only a lock older than this run, and only the one it read; of several runs breaking at once one wins.
   - A failure of the module itself after it took the lock gives the lock back before it fails.
 options:
