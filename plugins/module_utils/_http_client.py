@@ -235,46 +235,68 @@ def _request(
     secrets: list[str],
 ) -> Answer:
     cls, host, port, path = _target(url)
-
-    def fail(why: str, status: int = 0, timed_out: bool = False) -> HttpFailure:
-        return HttpFailure(redact(why, secrets), status, timed_out)
-
     left = deadline - clock()
     if left <= 0:
-        raise fail("no time left to send it (timeout)", timed_out=True)
+        raise HttpFailure("no time left to send it (timeout)", timed_out=True)
     conn = cls(host, port, timeout=left)
     try:
         try:
             conn.connect()
             conn.request(method, path, body=body, headers=headers)
-            reader = _DeadlineReader(conn.sock, deadline, clock)
-            reader.cap = limits.max_header_bytes + 8192
-            response = http.client.HTTPResponse(_Socket(reader), method=method)  # type: ignore[arg-type]
-            response.begin()
-            _check_headers(response, limits, fail)
-            status = response.status
-            reader.cap = reader.count + limits.max_body + 8192
-            raw = _read_body(response, limits, fail, status)
-        except HttpFailure:
-            raise
         except TimeoutError:
-            raise fail("no answer in time (timeout)", timed_out=True) from None
-        except _TooLarge as exc:
-            raise fail(f"answer larger than its bounds ({exc} bytes read)") from None
-        except http.client.IncompleteRead as exc:
-            raise fail(f"short body: {len(exc.partial)} bytes, {exc.expected} more expected") from None
-        except http.client.HTTPException as exc:  # bad status line, too many headers, line too long
-            raise fail(f"malformed answer: {type(exc).__name__}: {_short(str(exc))}") from None
-        except (OSError, ValueError, UnicodeError) as exc:
-            raise fail(f"failed: {type(exc).__name__}: {_short(str(exc))}") from None
+            raise HttpFailure("no answer in time (timeout)", timed_out=True) from None
+        except (OSError, ValueError, UnicodeError, http.client.HTTPException) as exc:
+            raise HttpFailure(redact(f"failed: {type(exc).__name__}: {_short(str(exc))}", secrets)) from None
+        return read_answer(conn.sock, method, deadline, started, limits=limits, clock=clock, secrets=secrets)
     finally:
         try:
             conn.close()
         except Exception:  # closing must not replace the answer or its failure
             pass
+
+
+def read_answer(
+    sock: socket.socket,
+    method: str,
+    deadline: float,
+    started: float | None = None,
+    *,
+    limits: Limits = DEFAULT_LIMITS,
+    clock: Callable[[], float] = time.monotonic,
+    secrets: Iterable[str] = (),
+) -> Answer:
+    """The answer on a connected socket, read within `deadline` (a clock() time) and `limits`: a 2xx
+    Answer, else HttpFailure with a redacted one-line reason (3xx: redirects are never followed)."""
+    secrets = [s for s in secrets if s]
+    started = clock() if started is None else started
+
+    def fail(why: str, status: int = 0, timed_out: bool = False) -> HttpFailure:
+        return HttpFailure(redact(" ".join(why.split()), secrets), status, timed_out)
+
+    try:
+        reader = _DeadlineReader(sock, deadline, clock)
+        reader.cap = limits.max_header_bytes + 8192
+        response = http.client.HTTPResponse(_Socket(reader), method=method)  # type: ignore[arg-type]
+        response.begin()
+        _check_headers(response, limits, fail)
+        status = response.status
+        reader.cap = reader.count + limits.max_body + 8192
+        raw = _read_body(response, limits, fail, status)
+        location = response.headers.get("Location", "") or "?"
+    except HttpFailure:
+        raise
+    except TimeoutError:
+        raise fail("no answer in time (timeout)", timed_out=True) from None
+    except _TooLarge as exc:
+        raise fail(f"answer larger than its bounds ({exc} bytes read)") from None
+    except http.client.IncompleteRead as exc:
+        raise fail(f"short body: {len(exc.partial)} bytes, {exc.expected} more expected") from None
+    except http.client.HTTPException as exc:  # bad status line, too many headers, line too long
+        raise fail(f"malformed answer: {type(exc).__name__}: {_short(str(exc))}") from None
+    except (OSError, ValueError, UnicodeError, LookupError) as exc:
+        raise fail(f"failed: {type(exc).__name__}: {_short(str(exc))}") from None
     seconds = round(clock() - started, 3)
     if 300 <= status < 400:
-        location = response.headers.get("Location", "") or "?"
         raise fail(
             f"answered {status} (a redirect to {_short(location)}; redirects are not followed)", status
         )
