@@ -159,16 +159,22 @@ class _DeadlineReader(io.RawIOBase):
         return True
 
     def readinto(self, buffer) -> int:  # type: ignore[override]
-        left = self.deadline - self.clock()
-        if left <= 0:
-            raise TimeoutError("deadline passed")
         if self.count >= self.cap:
             raise _TooLarge(self.count)
-        self.sock.settimeout(left)
         view = memoryview(buffer)[: max(1, min(len(buffer), self.cap - self.count))]
-        got = self.sock.recv_into(view)
+        got = recv_before(self.sock, view, self.deadline, self.clock)
         self.count += got
         return got
+
+
+def recv_before(sock: socket.socket, view: memoryview, deadline: float, clock: Callable[[], float]) -> int:
+    """One read of the socket that ends by `deadline`: the time left is checked first and becomes the
+    socket's timeout (TimeoutError when none is left)."""
+    left = deadline - clock()
+    if left <= 0:
+        raise TimeoutError("deadline passed")
+    sock.settimeout(left)
+    return sock.recv_into(view)
 
 
 class _TooLarge(Exception):

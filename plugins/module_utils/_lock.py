@@ -10,10 +10,11 @@ stays until an operator breaks it explicitly.
   ever reads half a lock.
 - Every change (take, break, release) happens under an flock() of `<path>.guard` (released by the
   kernel when the process dies, so it never goes stale).
-- Breaking is compare-and-swap: the run breaks the lock it observed before it decided, and only when
-  that lock is older than the run. Under the guard the file must still be that one (same inode, same
-  bytes); it is renamed to a unique name and checked again before the new lock goes in. Of N runs
-  breaking the same stale lock at once exactly one wins; the others are refused naming the winner.
+- Breaking is compare-and-swap: the run breaks the lock it observed before it decided, and only
+  when that lock is older than the run. Under the guard the file must still be that one (same
+  inode, bytes and modification time); it is renamed to a unique name and checked again before the
+  new lock goes in. Of N runs breaking the same stale lock at once exactly one wins; the others are
+  refused naming the winner.
 - Any content reads as a holder or a clear problem (never a traceback): not JSON, not an object, odd
   values, too large, not UTF-8, a directory, a symlink (dangling or not: reported and breakable,
   never followed).
@@ -100,6 +101,14 @@ class Observed:
     raw: bytes
     mtime: float
     holder: dict[str, Any] = field(default_factory=dict)
+
+    def same_as(self, other: Observed | None) -> bool:
+        """The same file: inode, bytes and modification time (an inode alone can be reused)."""
+        return other is not None and (self.ident, self.raw, self.mtime) == (
+            other.ident,
+            other.raw,
+            other.mtime,
+        )
 
     @property
     def sound(self) -> bool:
@@ -208,8 +217,7 @@ def _swap_out(path: str, seen: Observed) -> bool:
         os.rename(path, aside)
     except FileNotFoundError:
         return False
-    info = os.lstat(aside)
-    if (info.st_dev, info.st_ino) == seen.ident:
+    if seen.same_as(observe(aside)):
         os.unlink(aside)
         return True
     with contextlib.suppress(OSError):  # not ours to break: put it back (never over a newer one)
@@ -250,7 +258,7 @@ def acquire(
         with guard(path):
             now = observe(path)
             if seen is not None:
-                if now is None or now.ident != seen.ident or now.raw != seen.raw:
+                if not seen.same_as(now):
                     raise LockHeld(now.holder if now else holder_of({}, "broken by another run meanwhile"))
                 if not _swap_out(path, seen):
                     raise LockHeld(read(path) or holder_of({}, "broken by another run meanwhile"))
@@ -276,7 +284,7 @@ def release(path: str, run_id: str, *, check_mode: bool) -> dict[str, Any]:
         try:
             with guard(path):
                 now = observe(path)
-                if now is not None and now.ident == current.ident:
+                if current.same_as(now):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(path)
         except OSError as exc:

@@ -256,3 +256,18 @@ def test_health_reads_a_redirect_as_its_code_and_refused_as_refused():
 def test_a_url_that_is_not_http_is_a_reason():
     assert "not an http(s) URL" in fails("ftp://127.0.0.1/x").reason
     assert "bad port" in fails("http://127.0.0.1:99999999/x").reason
+
+
+def test_a_server_that_goes_silent_mid_answer_is_cut_at_the_deadline_not_a_read_timeout_later():
+    def stall(_r):
+        for byte in b"HTTP/":
+            yield bytes([byte])
+            yield 0.2
+        yield 3.0  # silent: only a socket timeout of the time left ends the read in time
+
+    with RawServer(stall) as server:
+        started = time.monotonic()
+        failure = fails(server.url, timeout_s=1.2)
+        took = time.monotonic() - started
+    assert failure.timed_out
+    assert took < 1.7  # a per-read timeout (1.2 s after the last byte) would end at ~2.2 s

@@ -211,3 +211,16 @@ def test_a_crash_of_the_module_after_it_took_the_lock_gives_the_lock_back(tmp_pa
     assert result["failed"] and "OverflowError" in result["msg"] and "released" in result["msg"]
     assert "exception" not in result
     assert not path.exists()  # not held by run-a, whose release would never run
+
+
+def test_the_swap_moves_only_the_lock_it_observed(tmp_path):
+    path = tmp_path / "lock.json"
+    path.write_text('{"run_id": "old"}')
+    seen = lock.observe(str(path))
+    path.unlink()
+    path.write_text('{"run_id": "winner"}')  # another breaker's lock meanwhile (a new inode)
+    assert not lock._swap_out(str(path), seen)
+    assert json.loads(path.read_text())["run_id"] == "winner"
+    assert not [n for n in os.listdir(tmp_path) if ".broken." in n]
+    seen = lock.observe(str(path))
+    assert lock._swap_out(str(path), seen) and not path.exists()
