@@ -264,9 +264,9 @@ MUTANTS = (
     Mutant(
         "history-any-env-key",
         HISTORY,
-        "restore_fields",
-        r'not \(key in FIXED_ENV or key\.startswith\("NCCL_"\) or key in extra_keys\)',
-        "False",
+        "owned_key",
+        r'return key not in RUNS_CODE and not key\.startswith\("LD_"\)',
+        "return True",
         (HISTORY_TESTS, "-k", "tampered or refusal"),
         "a previous rollback re-renders environment variables kdtree does not own (LD_PRELOAD)",
     ),

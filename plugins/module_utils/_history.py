@@ -60,9 +60,12 @@ ENTRY_FIELDS = (
 )
 MODES = ("off", "validate", "on")
 # The variables the drop-in always sets (roles/kdtree_service/tasks/preflight.yml, _kdtree_service_env),
-# NCCL_* (kdtree_service_nccl_env); any other key must be one of kdtree_service_env_extra's.
+# NCCL_* (kdtree_service_nccl_env); kdtree_service_env_extra may add any other name except those that
+# make an interpreter or the loader run other code (RUNS_CODE), unless today's env_extra sets it too.
 FIXED_ENV = ("PYTHONPATH", "KDTREE_VERIFY", "KDTREE_LIB", "KDTREE_STATUS_DIR", "KDTREE_STATUS_INTERVAL",
              "PYTHONUNBUFFERED", "SPT_NOENV")  # fmt: skip
+RUNS_CODE = ("PYTHONSTARTUP", "PYTHONHOME", "PYTHONINSPECT", "PYTHONEXECUTABLE", "PYTHONUSERBASE",
+             "PYTHONPLATLIBDIR", "PYTHONBREAKPOINT", "BASH_ENV", "ENV", "PATH", "IFS", "SHELL")  # fmt: skip
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PATH_PART = re.compile(r"^[A-Za-z0-9_.+-]+$")
 LIBRARY = "libkdtree_verify.so"
@@ -291,6 +294,14 @@ def _under(path: str, root: str, shape: str) -> str:
     return ""
 
 
+def owned_key(key: str, extra_keys: list[str]) -> bool:
+    """Whether a recorded drop-in may set `key`: kdtree's own (FIXED_ENV, NCCL_*), one today's
+    kdtree_service_env_extra sets (extra_keys), or any other that does not run code (RUNS_CODE, LD_*)."""
+    if key in FIXED_ENV or key.startswith("NCCL_") or key in extra_keys:
+        return True
+    return key not in RUNS_CODE and not key.startswith("LD_")
+
+
 def restore_fields(
     entry: dict[str, Any], build_root: str, patch_root: str, status_dir: str, extra_keys: list[str]
 ) -> dict[str, Any]:
@@ -298,7 +309,7 @@ def restore_fields(
     render_dropin: {env, argv, secret_names}. HistoryError saying which field is refused and why:
     the roots unsafe (check_dir), the library not <build_root>/builds/<build_id>/libkdtree_verify.so,
     the patch not <patch_root>/<dir>, the mode not one of MODES, an environment key kdtree does not own
-    (FIXED_ENV, NCCL_*, extra_keys), a value that disagrees with the entry or holds a control character,
+    (owned_key), a value that disagrees with the entry or holds a control character,
     no recorded fields (an entry older than this check: its text is never trusted)."""
     name = f"deploy {entry.get('id', '?')}"
 
@@ -334,7 +345,7 @@ def restore_fields(
         if not isinstance(item, (list, tuple)) or len(item) != 2 or _bad_text(item[0]) or _bad_text(item[1]):
             raise refuse(f"environment item {item!r} is not [name, value] of one-line text")
         key, value = str(item[0]), str(item[1])
-        if not ENV_NAME.match(key) or not (key in FIXED_ENV or key.startswith("NCCL_") or key in extra_keys):
+        if not ENV_NAME.match(key) or not owned_key(key, extra_keys):
             raise refuse(f"environment variable {key} is not one kdtree owns")
         pairs.append([key, value])
     found = dict(pairs)
@@ -351,6 +362,8 @@ def restore_fields(
         raise refuse("its environment sets NCCL_ variables its nccl_env does not name")
     if found.get("PYTHONPATH", "").split(":")[0] != patch:
         raise refuse(f"PYTHONPATH does not start with its patch directory {patch}")
+    if not all(os.path.isabs(part) for part in found["PYTHONPATH"].split(":")):
+        raise refuse("PYTHONPATH holds a relative directory")
     try:
         float(found.get("KDTREE_STATUS_INTERVAL", ""))
     except ValueError:

@@ -204,7 +204,7 @@ def good_entry(build_root, patch_root, **over) -> dict:
         kdtree_service_pythonpath=patch,
         kdtree_service_lib_path=lib,
         kdtree_service_nccl_env={"NCCL_P2P_DISABLE": "1"},
-        kdtree_service_env_extra={"CUDA_VISIBLE_DEVICES": "0"},
+        kdtree_service_env_extra={"CUDA_VISIBLE_DEVICES": "0", "LD_LIBRARY_PATH": "/usr/local/cuda/lib64"},
         kdtree_service_env_secret={"SGLANG_API_KEY": "never-recorded"},
     )
     entry = {"id": "e1", "build_id": "sm_120a-x", "lib_path": lib, "patch_dir": patch, "mode": "validate",
@@ -216,7 +216,7 @@ def good_entry(build_root, patch_root, **over) -> dict:
 
 def restore(entry, build_root, patch_root):
     return history.restore_fields(
-        entry, str(build_root), str(patch_root), "/run/kdtree-sglang", ["CUDA_VISIBLE_DEVICES"]
+        entry, str(build_root), str(patch_root), "/run/kdtree-sglang", ["LD_LIBRARY_PATH"]
     )
 
 
@@ -233,7 +233,7 @@ def test_a_previous_rollback_re_renders_the_recorded_fields_with_the_service_rul
         kdtree_service_pythonpath=entry["patch_dir"],
         kdtree_service_lib_path=entry["lib_path"],
         kdtree_service_nccl_env={"NCCL_P2P_DISABLE": "1"},
-        kdtree_service_env_extra={"CUDA_VISIBLE_DEVICES": "0"},
+        kdtree_service_env_extra={"CUDA_VISIBLE_DEVICES": "0", "LD_LIBRARY_PATH": "/usr/local/cuda/lib64"},
         kdtree_service_env_secret={"SGLANG_API_KEY": "never-recorded"},
     )  # the same text the deploy installed: the same rule
     assert "SGLANG_API_KEY" in text and "never-recorded" not in text
@@ -260,6 +260,7 @@ def _tampered(entry: dict, build_root, patch_root) -> list[tuple[str, dict]]:
         ("mode 'debug'", {**entry, "mode": "debug"}),
         ("build id", {**entry, "build_id": "../x"}),
         ("LD_PRELOAD is not one kdtree owns", with_env([*env, ["LD_PRELOAD", "/tmp/evil.so"]])),
+        ("PYTHONSTARTUP is not one kdtree owns", with_env([*env, ["PYTHONSTARTUP", "/tmp/evil.py"]])),
         ("one-line text", replaced("PYTHONPATH", f"{entry['patch_dir']}\nExecStartPre=/bin/evil")),
         ("KDTREE_LIB=", replaced("KDTREE_LIB", "/tmp/evil.so")),
         ("KDTREE_VERIFY=", replaced("KDTREE_VERIFY", "on")),
@@ -295,13 +296,13 @@ def test_the_module_reports_the_refusal_and_the_checked_fields(roots, tmp_path):
     record = {k: v for k, v in entry.items() if k not in ("id", "dropin")}
     deploy(path, "X", "healthy", **record)
     spec = {"build_root": str(build_root), "patch_root": str(patch_root), "status_dir": "/run/kdtree-sglang",
-            "extra_keys": ["CUDA_VISIBLE_DEVICES"]}  # fmt: skip
+            "extra_keys": ["LD_LIBRARY_PATH"]}  # fmt: skip
     out = kdtree_history.run(params(path, restore=spec), False)
     assert out["last_good_refusal"] == "" and out["last_good_fields"]["env"] == entry["dropin_fields"]["env"]
     out = kdtree_history.run(params(path, restore={**spec, "extra_keys": []}), False)
     assert (
         out["last_good_fields"] is None
-        and "CUDA_VISIBLE_DEVICES is not one kdtree owns" in out["last_good_refusal"]
+        and "LD_LIBRARY_PATH is not one kdtree owns" in out["last_good_refusal"]
     )
 
 
