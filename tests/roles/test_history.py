@@ -327,3 +327,17 @@ def test_the_rollback_renders_previous_from_the_checked_fields_never_the_stored_
         "status_dir",
         "extra_keys",
     }
+
+
+def test_numbers_in_the_inventory_are_recorded_as_the_text_the_drop_in_writes(roots):
+    from test_dropin_template import fields_of, render, render_fields
+
+    build_root, patch_root = roots
+    over = {"kdtree_service_nccl_env": {"NCCL_IB_DISABLE": 1},
+            "kdtree_service_env_extra": {"CUDA_VISIBLE_DEVICES": 0},
+            "kdtree_service_pythonpath": f"{patch_root}/0123456789abcdef",
+            "kdtree_service_lib_path": f"{build_root}/builds/sm_120a-x/libkdtree_verify.so"}  # fmt: skip
+    fields = fields_of(**over)
+    assert ["NCCL_IB_DISABLE", "1"] in fields["env"] and ["CUDA_VISIBLE_DEVICES", "0"] in fields["env"]
+    entry = good_entry(build_root, patch_root, dropin_fields=fields, nccl_env={"NCCL_IB_DISABLE": 1})
+    assert render_fields(restore(entry, build_root, patch_root)) == render(**over)
