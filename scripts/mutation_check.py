@@ -38,6 +38,12 @@ REPORT_TABLE = "plugins/plugin_utils/_report_table.py"  # the controller side: r
 REPORT_TESTS = "tests/roles/test_report.py"
 PROMOTE = "plugins/plugin_utils/_promote.py"
 PROMOTE_RULES = "tests/roles/test_promote.py::test_each_rule_keeps_the_host_in_validate_and_says_why"
+HTTP = "plugins/module_utils/_http_client.py"
+HTTP_TESTS = "tests/roles/test_http_client.py"
+LOCK = "plugins/module_utils/_lock.py"
+LOCK_TESTS = "tests/roles/test_lock.py"
+HISTORY = "plugins/module_utils/_history.py"
+HISTORY_TESTS = "tests/roles/test_history.py"
 # Untracked links into /work/main in a worktree: never copied (the run uses this venv's pytest).
 SKIP_TOP = {".venv", ".cache", ".git"}
 
@@ -190,6 +196,98 @@ MUTANTS = (
         "max_diff > tol + 1",
         (f"{PROMOTE_RULES}[max-diff-over-tolerance]",),
         "the promotion accepts a largest difference above the tolerance",
+    ),
+    # issue 19: evidence that cannot be fooled (the traffic client, the lock, the history)
+    Mutant(
+        "http-redirect-accepted",
+        HTTP,
+        "read_answer",
+        r"if 300 <= status < 400:\n(\s+)raise fail\(",
+        r"if 300 <= status < 400:\n\1return Answer(status=status, body=raw, seconds=seconds)\n\1raise fail(",
+        (HTTP_TESTS, "-k", "redirect"),
+        "the client takes a 3xx answer as a success (a redirect is not a failure)",
+    ),
+    Mutant(
+        "http-per-read-timeout",
+        HTTP,
+        "recv_before",
+        r"sock\.settimeout\(left\)",
+        "pass",
+        (HTTP_TESTS, "-k", "silent"),
+        "the socket timeout stays per read instead of the time left before the deadline",
+    ),
+    Mutant(
+        "traffic-no-total-deadline",
+        "plugins/module_utils/_smoke_traffic.py",
+        "send_requests",
+        r"timeout = min\(req\.timeout_s, left\)",
+        "timeout = req.timeout_s",
+        (HTTP_TESTS, "-k", "total_bound_holds"),
+        "a request may outlast the bound of all requests (its own timeout only)",
+    ),
+    Mutant(
+        "redact-one-base64-alignment",
+        HTTP,
+        "secret_forms",
+        r"for pad in range\(3\):",
+        "for pad in range(1):",
+        (HTTP_TESTS, "-k", "echoing"),
+        "the key is redacted in base64 only when it starts on a 3-byte boundary",
+    ),
+    Mutant(
+        "redact-no-line-splits",
+        HTTP,
+        "redact",
+        r"if not char\.isspace\(\)\]",
+        "]",
+        (HTTP_TESTS, "-k", "echoing"),
+        "a key split across lines (or padded with whitespace inside) is not redacted",
+    ),
+    Mutant(
+        "lock-swap-unverified",
+        LOCK,
+        "_swap_out",
+        r"if seen\.same_as\(observe\(aside\)\):",
+        "if True:",
+        (LOCK_TESTS, "-k", "swap"),
+        "breaking a lock removes whatever file is there, not the one the run observed",
+    ),
+    Mutant(
+        "lock-break-fresh-lock",
+        LOCK,
+        "acquire",
+        r"if seen is not None and seen\.started\(\) >= since:",
+        "if False:",
+        (LOCK_TESTS, "-k", "after_this_run_started or concurrent_breakers"),
+        "a breaking run also breaks a lock taken after it started (another breaker's: several win)",
+    ),
+    Mutant(
+        "history-lib-outside-build-root",
+        HISTORY,
+        "restore_fields",
+        r'why = _under\(lib, build_root, f"builds/\{build_id\}/\{LIBRARY\}"\)'
+        r' if isinstance\(lib, str\) else "no library"',
+        'why = ""',
+        (HISTORY_TESTS, "-k", "tampered"),
+        "a previous rollback accepts a recorded library outside the build root",
+    ),
+    Mutant(
+        "history-any-env-key",
+        HISTORY,
+        "owned_key",
+        r'return key not in RUNS_CODE and not key\.startswith\("LD_"\)',
+        "return True",
+        (HISTORY_TESTS, "-k", "tampered or refusal"),
+        "a previous rollback re-renders environment variables kdtree does not own (LD_PRELOAD)",
+    ),
+    Mutant(
+        "history-unlocked-write",
+        "plugins/modules/kdtree_history.py",
+        "run",
+        r"with history\.locked\(path\):",
+        "with open(os.devnull):",
+        (HISTORY_TESTS, "-k", "concurrent"),
+        "history writers do not lock the read-modify-write (concurrent writers lose entries)",
     ),
 )
 

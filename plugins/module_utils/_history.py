@@ -11,17 +11,29 @@ full text and digest, what the smoke check expects), when it started and ended, 
     removed      kdtree was removed from the host (rollback to stock) after this entry
 
 Writes are atomic (a temporary file in the same directory, fsync, rename), so a reader never sees a
-half-written file and a killed run leaves the previous version.
+half-written file and a killed run leaves the previous version; a change (read, modify, write) holds
+an flock() of the history's directory, so concurrent writers never lose each other's entries.
+
+The directory is checked on every call like the build root (check_dir): it and every parent owned by
+root and not writable by group or others (a root-owned sticky parent such as /tmp excepted), never a
+symlink. A `previous` rollback never trusts the stored drop-in text: restore_fields() checks the
+entry's recorded fields (`dropin_fields`, build, patch, mode) against the checked roots, and the
+service role renders the drop-in from them with its one template (roles/kdtree_service, render_dropin).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import re
 import secrets
+import stat
 import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
 
 DEFAULT_PATH = "/var/lib/kdtree/state.json"
@@ -44,16 +56,92 @@ ENTRY_FIELDS = (
     "dropin",
     "exec_start_replaced",
     "restored_from",
+    "dropin_fields",
 )
+MODES = ("off", "validate", "on")
+# The variables the drop-in always sets (roles/kdtree_service/tasks/preflight.yml, _kdtree_service_env),
+# NCCL_* (kdtree_service_nccl_env); kdtree_service_env_extra may add any other name except those that
+# make an interpreter or the loader run other code (RUNS_CODE), unless today's env_extra sets it too.
+FIXED_ENV = ("PYTHONPATH", "KDTREE_VERIFY", "KDTREE_LIB", "KDTREE_STATUS_DIR", "KDTREE_STATUS_INTERVAL",
+             "PYTHONUNBUFFERED", "SPT_NOENV")  # fmt: skip
+RUNS_CODE = ("PYTHONSTARTUP", "PYTHONHOME", "PYTHONINSPECT", "PYTHONEXECUTABLE", "PYTHONUSERBASE",
+             "PYTHONPLATLIBDIR", "PYTHONBREAKPOINT", "BASH_ENV", "ENV", "PATH", "IFS", "SHELL")  # fmt: skip
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PATH_PART = re.compile(r"^[A-Za-z0-9_.+-]+$")
+LIBRARY = "libkdtree_verify.so"
 
 
 class HistoryError(Exception):
     """The history file cannot be read or written (the message says which and why)."""
 
 
-def digest(text: str) -> str:
-    """The digest of a drop-in's text as the history records it (sha256, hex)."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+def digest(text: str | bytes) -> str:
+    """The digest of a drop-in as the history records it (sha256, hex, of its UTF-8 bytes; bytes as
+    they are, so a drop-in that is not UTF-8 still has one)."""
+    raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")
+    return hashlib.sha256(raw).hexdigest()
+
+
+def _trusted() -> frozenset[int]:
+    """Owners trusted: root, and the user this runs as (root on a host: the modules run with become)."""
+    return frozenset((0, os.geteuid()))
+
+
+def unsafe_dirs(directory: str) -> list[str]:
+    """The directories of `directory` and its parents that others could use to swap what root reads
+    there: "mode uid path" of each not owned by root, writable by group or others (a root-owned sticky
+    parent, like /tmp, excepted: others cannot rename root's entries in it), or a symlink. Missing
+    ones are skipped (the history creates its own directory, 0700)."""
+    found: list[str] = []
+    path = os.path.abspath(directory)
+    first = True
+    while True:
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            info = None
+        except OSError as exc:
+            found.append(f"? ? {path} ({exc.strerror})")
+            info = None
+        if info is not None:
+            mode = stat.S_IMODE(info.st_mode)
+            sticky_parent = not first and mode & stat.S_ISVTX and info.st_uid in _trusted()
+            if stat.S_ISLNK(info.st_mode):
+                found.append(f"{mode:o} {info.st_uid} {path} (a symlink)")
+            elif info.st_uid not in _trusted() or (mode & 0o022 and not sticky_parent):
+                found.append(f"{mode:o} {info.st_uid} {path}")
+            first = False
+        parent = os.path.dirname(path)
+        if parent == path:
+            return found
+        path = parent
+
+
+def check_dir(directory: str) -> None:
+    """HistoryError naming the unsafe directories (see unsafe_dirs)."""
+    unsafe = unsafe_dirs(directory)
+    if unsafe:
+        raise HistoryError(
+            f"refusing the deploy history under {directory}: these directories are writable by "
+            f"group/others, not owned by root, or symlinks (mode uid path): {'; '.join(unsafe)}"
+        )
+
+
+@contextlib.contextmanager
+def locked(path: str) -> Iterator[None]:
+    """An exclusive flock() of the history's directory around a read-modify-write (created 0700 when
+    missing; the kernel drops the lock when the process dies)."""
+    directory = os.path.dirname(path) or "."
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise HistoryError(f"cannot lock the deploy history {path}: {exc}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def now() -> str:
@@ -67,12 +155,22 @@ def new_id() -> str:
 def load(path: str) -> list[dict[str, Any]]:
     """The entries, oldest first; [] when the file does not exist."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return []
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise HistoryError(f"cannot read the deploy history {path}: {exc}") from exc
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_uid not in _trusted() or info.st_mode & 0o022:
+                raise HistoryError(
+                    f"refusing the deploy history {path}: not a regular root-owned file that only root "
+                    f"can write (mode {stat.S_IMODE(info.st_mode):o}, uid {info.st_uid}); move it aside"
+                )
+            data = json.loads(handle.read().decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise HistoryError(f"cannot read the deploy history {path}: {type(exc).__name__}: {exc}") from exc
     if (
         not isinstance(data, dict)
         or data.get("format") != FORMAT
@@ -172,3 +270,112 @@ def finish(
             entry.update(result=result, why=why, ended=now(), **extra)
             return entry
     raise HistoryError(f"no deploy {entry_id!r} in the history")
+
+
+def _bad_text(value: Any) -> bool:
+    return not isinstance(value, str) or any(ord(c) < 32 or ord(c) == 127 for c in value)
+
+
+def _under(path: str, root: str, shape: str) -> str:
+    """ "" when `path` is root/<shape parts> and stays there once resolved, else why not."""
+    if _bad_text(path) or not os.path.isabs(path):
+        return f"{path!r} is not an absolute path"
+    rel = os.path.relpath(os.path.normpath(path), os.path.normpath(root))
+    parts = rel.split(os.sep)
+    want = shape.split("/")
+    if len(parts) != len(want) or any(
+        (w == "*" and not PATH_PART.match(p)) or (w != "*" and p != w) or p in (".", "..")
+        for p, w in zip(parts, want, strict=True)
+    ):
+        return f"{path} is not {root}/{shape}"
+    real = os.path.realpath(path)
+    if os.path.commonpath([real, os.path.realpath(root)]) != os.path.realpath(root):
+        return f"{path} resolves to {real}, outside {root}"
+    return ""
+
+
+def owned_key(key: str, extra_keys: list[str]) -> bool:
+    """Whether a recorded drop-in may set `key`: kdtree's own (FIXED_ENV, NCCL_*), one today's
+    kdtree_service_env_extra sets (extra_keys), or any other that does not run code (RUNS_CODE, LD_*)."""
+    if key in FIXED_ENV or key.startswith("NCCL_") or key in extra_keys:
+        return True
+    return key not in RUNS_CODE and not key.startswith("LD_")
+
+
+def restore_fields(
+    entry: dict[str, Any], build_root: str, patch_root: str, status_dir: str, extra_keys: list[str]
+) -> dict[str, Any]:
+    """The drop-in fields of `entry` (a last good deploy) once each is checked, for the service role's
+    render_dropin: {env, argv, secret_names}. HistoryError saying which field is refused and why:
+    the roots unsafe (check_dir), the library not <build_root>/builds/<build_id>/libkdtree_verify.so,
+    the patch not <patch_root>/<dir>, the mode not one of MODES, an environment key kdtree does not own
+    (owned_key), a value that disagrees with the entry or holds a control character,
+    no recorded fields (an entry older than this check: its text is never trusted)."""
+    name = f"deploy {entry.get('id', '?')}"
+
+    def refuse(why: str) -> HistoryError:
+        return HistoryError(f"the last good {name} cannot be put back: {why}")
+
+    fields = entry.get("dropin_fields")
+    if not isinstance(fields, dict):
+        raise refuse(
+            "it has no recorded drop-in fields (recorded by an older kdtree); "
+            "its stored text is never trusted"
+        )
+    for root in (build_root, patch_root):
+        unsafe = unsafe_dirs(root)
+        if unsafe:
+            raise refuse(
+                f"{root} is writable by group/others, not owned by root or a symlink: {'; '.join(unsafe)}"
+            )
+    build_id, lib, patch, mode = (entry.get(k) for k in ("build_id", "lib_path", "patch_dir", "mode"))
+    if _bad_text(build_id) or not PATH_PART.match(build_id or ""):
+        raise refuse(f"build id {build_id!r} is not a build id")
+    why = _under(lib, build_root, f"builds/{build_id}/{LIBRARY}") if isinstance(lib, str) else "no library"
+    why = why or (_under(patch, patch_root, "*") if isinstance(patch, str) else "no patch directory")
+    if why:
+        raise refuse(why)
+    if mode not in MODES:
+        raise refuse(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    env = fields.get("env")
+    if not isinstance(env, list) or not env:
+        raise refuse("its environment is not a list of [name, value]")
+    pairs: list[list[str]] = []
+    for item in env:
+        if not isinstance(item, (list, tuple)) or len(item) != 2 or _bad_text(item[0]) or _bad_text(item[1]):
+            raise refuse(f"environment item {item!r} is not [name, value] of one-line text")
+        key, value = str(item[0]), str(item[1])
+        if not ENV_NAME.match(key) or not owned_key(key, extra_keys):
+            raise refuse(f"environment variable {key} is not one kdtree owns")
+        pairs.append([key, value])
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise refuse("an environment variable is set twice")
+    nccl = entry.get("nccl_env") if isinstance(entry.get("nccl_env"), dict) else {}
+    expect = {"KDTREE_VERIFY": mode, "KDTREE_LIB": lib, "KDTREE_STATUS_DIR": status_dir,
+              "PYTHONUNBUFFERED": "1", "SPT_NOENV": "1"}  # fmt: skip
+    expect.update({str(k): str(v) for k, v in nccl.items()})
+    for key, value in expect.items():
+        if found.get(key) != value:
+            raise refuse(f"{key}={found.get(key)!r} in its environment, not {value!r}")
+    if [k for k in found if k.startswith("NCCL_") and k not in nccl]:
+        raise refuse("its environment sets NCCL_ variables its nccl_env does not name")
+    if found.get("PYTHONPATH", "").split(":")[0] != patch:
+        raise refuse(f"PYTHONPATH does not start with its patch directory {patch}")
+    if not all(os.path.isabs(part) for part in found["PYTHONPATH"].split(":")):
+        raise refuse("PYTHONPATH holds a relative directory")
+    try:
+        float(found.get("KDTREE_STATUS_INTERVAL", ""))
+    except ValueError:
+        raise refuse("KDTREE_STATUS_INTERVAL is not a number") from None
+    argv = fields.get("argv", [])
+    if not isinstance(argv, list) or any(_bad_text(a) for a in argv):
+        raise refuse("its command line is not a list of one-line text")
+    if bool(argv) != bool(entry.get("exec_start_replaced")):
+        raise refuse("its command line and exec_start_replaced disagree")
+    if argv and (not os.path.isabs(argv[0]) or argv[1:3] != ["-m", "sglang.launch_server"]):
+        raise refuse("its command line is not <python> -m sglang.launch_server ...")
+    names = fields.get("secret_names", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) and ENV_NAME.match(n) for n in names):
+        raise refuse("its secret variable names are not variable names")
+    return {"env": pairs, "argv": [str(a) for a in argv], "secret_names": sorted(names)}

@@ -8,8 +8,8 @@ journald suppressed lines of the run, the patch's status files. restart_unit() i
 action. Deciding what a snapshot means is judge() (module_utils/_smoke_judge.py); it never reads
 the host.
 
-Stdlib only, and its only imports of other module_utils are journal.py, unit_socket.py and
-patch_files.py (all stdlib only): scripts/testhosts/hostread.py sends the four files' source
+Stdlib only, and its only imports of other module_utils are http_client.py, journal.py, unit_socket.py
+and patch_files.py (all stdlib only): scripts/testhosts/hostread.py sends the five files' source
 (HOST_SOURCES) to a test host's python3 and calls read_host() there.
 
 Marker lines are parsed with the host's installed kdtree_verify/telemetry/marker.py (load_marker): the
@@ -22,11 +22,10 @@ import json
 import os
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ansible_collections.kdtree.fleet.plugins.module_utils._http_client import HttpFailure, request
 from ansible_collections.kdtree.fleet.plugins.module_utils._journal import (
     DEFAULT_BENIGN_TRACEBACKS,
     JournalState,
@@ -269,17 +268,16 @@ def _read_journal(query: Query, invocation_id: str, state: JournalState, marker:
 
 
 def health_status(url: str) -> str:
-    """The status code ("200", "503"), "refused", or "down (<reason>)"."""
+    """The status code ("200", "503"), "refused", or "down (<reason>)", from the one HTTP client
+    (module_utils/_http_client.py: bounded, no redirects followed: a 3xx is its code)."""
     try:
-        with urllib.request.urlopen(url, timeout=HEALTH_TIMEOUT_S) as response:
-            return str(response.status)
-    except urllib.error.HTTPError as exc:
-        return str(exc.code)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        if isinstance(reason, ConnectionRefusedError):
+        return str(request("GET", url, timeout_s=HEALTH_TIMEOUT_S).status)
+    except HttpFailure as exc:
+        if exc.status:
+            return str(exc.status)
+        if "ConnectionRefusedError" in exc.reason:
             return "refused"
-        return f"down ({reason})"
+        return f"down ({exc.reason})"
 
 
 def health_owner(url: str, unit: str, unit_pids: list[int]) -> str:

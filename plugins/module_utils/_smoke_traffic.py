@@ -5,8 +5,9 @@ The module (plugins/modules/kdtree_smoke.py) calls run_traffic() once the run is
 scheduler reported its marker. Steps:
 
 1. baseline: every scheduler's `<status_dir>/<pid>.json` written after the run became healthy;
-2. send_requests(): N short POSTs to the server (the health URL's scheme, host and port), each
-   bounded by its own timeout and all of them by a total one; a non-2xx answer or a timeout fails;
+2. send_requests(): N short POSTs to the server (the health URL's scheme, host and port) through the
+   one HTTP client (module_utils/_http_client.py), each bounded by its own deadline and all of them by
+   a total one; a non-2xx answer (a redirect too), a malformed answer or a timeout fails;
 3. wait until every scheduler's file was written after the last answer (`updated`);
 4. judge_scheduler() per scheduler (pure), judge_traffic() for all of them.
 
@@ -14,24 +15,23 @@ The status file's format has one owner, the patch's kdtree_verify/telemetry/stat
 section 3b); load_statusdir() loads the host's installed copy by path, as smoke_host.load_marker()
 loads marker.py, and its read_dir() and summary() read the files and their counters.
 
-Stdlib only. The API key is only ever put in the request header: never in a message or a result.
+Stdlib only. The API key is only ever put in the request header: every message is redacted by the
+client (any encoding of the key), never in a message or a result.
 """
 
 from __future__ import annotations
 
 import json
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.kdtree.fleet.plugins.module_utils import _http_client as http_client
 from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_host as smoke_host
 from ansible_collections.kdtree.fleet.plugins.module_utils._patch_files import STATUSDIR_FILE
 
-BODY_HEAD = 200
 TOP_REASONS = 3
 # Slugs of original calls that are not verify calls the kernel should have served: other forward
 # passes (prefill, the draft model) and validate mode's own bookkeeping (docs/CONTRACTS.md 3b).
@@ -183,64 +183,52 @@ class Requests:
         return json.dumps({"text": self.prompt, "sampling_params": sampling}).encode("utf-8")
 
 
-def _scrub(text: str, secret: str) -> str:
-    return text.replace(secret, "***") if secret else text
-
-
-def _head(raw: bytes, secret: str) -> str:
-    text = " ".join(raw[: BODY_HEAD * 4].decode("utf-8", "replace").split())
-    text = _scrub(text, secret)
-    return text if len(text) <= BODY_HEAD else text[: BODY_HEAD - 3] + "..."
-
-
 def send_requests(
-    req: Requests, clock: Callable[[], float] = time.time
+    req: Requests, clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic
 ) -> tuple[list[dict[str, Any]], float]:
-    """Send req.count requests one after the other: ([{status, seconds}, ...], epoch s of the last
-    answer). TrafficError on a non-2xx answer, a timeout (its own or the total), or no answer."""
+    """Send req.count requests one after the other through module_utils/_http_client.py: ([{status,
+    seconds}, ...], epoch s of the last answer). TrafficError (its message redacted) on a non-2xx
+    answer (a redirect included), a malformed or oversized answer, a timeout (its own or the total,
+    across slow reads too), or no answer."""
     url = req.url()
     headers = {"Content-Type": "application/json"}
     if req.api_key:
         headers["Authorization"] = f"Bearer {req.api_key}"
-    deadline = clock() + req.total_timeout_s
+    secrets = [req.api_key] if req.api_key else []
+    deadline = monotonic() + req.total_timeout_s
     answers: list[dict[str, Any]] = []
     last = clock()
     for index in range(1, req.count + 1):
-        left = deadline - clock()
+        left = deadline - monotonic()
         if left <= 0:
             raise TrafficError(
                 f"request {index}/{req.count} to {url} not sent: the requests took more than "
                 f"{req.total_timeout_s:g} s in total"
             )
         timeout = min(req.timeout_s, left)
-        started = clock()
-        request = urllib.request.Request(url, data=req.body(), headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                status = response.status
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            raw = b""
-            try:
-                raw = exc.read()
-            except Exception:  # the status is what matters; the body is a bonus
-                raw = b""
-            raise TrafficError(
-                f"request {index}/{req.count} to {url} answered {exc.code}: {_head(raw, req.api_key)}"
-            ) from None
-        except (TimeoutError, urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            if isinstance(reason, TimeoutError) or isinstance(exc, TimeoutError):
+            answer = http_client.request(
+                "POST",
+                url,
+                timeout_s=timeout,
+                body=req.body(),
+                headers=headers,
+                secrets=secrets,
+                clock=monotonic,
+            )
+        except http_client.HttpFailure as exc:
+            if exc.timed_out:
                 why = f"no answer within {timeout:.3g} s (timeout"
                 if timeout < req.timeout_s:
                     why += f": the requests may take {req.total_timeout_s:g} s in total"
                 why += ")"
             else:
-                why = f"failed: {_scrub(str(reason), req.api_key)}"
-            raise TrafficError(f"request {index}/{req.count} to {url} {why}") from None
-        # urllib raises HTTPError for every answer outside 200-299 (its HTTPErrorProcessor)
+                why = exc.reason
+            raise TrafficError(
+                http_client.redact(f"request {index}/{req.count} to {url} {why}", secrets)
+            ) from None
         last = clock()
-        answers.append({"status": status, "seconds": round(last - started, 3)})
+        answers.append({"status": answer.status, "seconds": answer.seconds})
     return answers, last
 
 

@@ -16,8 +16,11 @@ description:
     (V(running), V(healthy), V(rolled_back) with why and to what, V(removed)).
   - The newest V(healthy) entry whose drop-in differs from the live one is the host's B(last good),
     what C(kdtree_rollback_to=previous) puts back.
-  - O(action=read) changes nothing. O(action=begin) adds a V(running) entry; O(action=finish) ends one.
+  - O(action=read) changes nothing. O(action=begin) adds a V(running) entry; O(action=finish) ends one,
+    each under an exclusive lock of the history's directory (concurrent writers lose no entry).
     The file keeps O(keep) entries, and always the last good one.
+  - Every call refuses a history whose directory (or a parent) is not owned by root, is writable by
+    group or others (a root-owned sticky parent excepted) or is a symlink, like the build root.
 options:
   action:
     description: V(read) the history, V(begin) a deploy, or V(finish) one.
@@ -43,7 +46,7 @@ options:
     description:
       - For O(action=begin), what the deploy installs (build_id, lib_path, patch_dir, patch_digest,
         mode, marker_state, expected_schedulers, nccl_env, dropin_path, dropin, exec_start_replaced,
-        restored_from). Other keys are ignored.
+        restored_from, dropin_fields). Other keys are ignored.
     type: dict
     default: {}
   id:
@@ -65,6 +68,32 @@ options:
     description: Entries kept in the file (the last good one is always kept).
     type: int
     default: 20
+  restore:
+    description:
+      - Check the last good deploy's recorded drop-in fields for a C(previous) rollback
+        (RV(last_good_fields), RV(last_good_refusal)); its stored drop-in text is never used.
+    type: dict
+    suboptions:
+      build_root:
+        description:
+          - The build root; the library must be C(<build_root>/builds/<build_id>/libkdtree_verify.so).
+        type: path
+        required: true
+      patch_root:
+        description: The patch root; the patch directory must be a directory right under it.
+        type: path
+        required: true
+      status_dir:
+        description: The status directory the drop-in must set (KDTREE_STATUS_DIR).
+        type: path
+        required: true
+      extra_keys:
+        description:
+          - Environment variables beyond kdtree's own and NCCL_* that the drop-in may set
+            (kdtree_service_env_extra).
+        type: list
+        elements: str
+        default: []
 extends_documentation_fragment:
   - kdtree.fleet.attributes
 attributes:
@@ -119,6 +148,17 @@ live_dropin_digest:
   description: sha256 of the live drop-in; empty when O(dropin_path) is unset or the file is absent.
   type: str
   returned: always
+last_good_fields:
+  description:
+    - With O(restore), the last good deploy's checked drop-in fields (env, argv, secret_names); null
+      when refused or none.
+  type: dict
+  returned: when restore is set
+last_good_refusal:
+  description:
+    - With O(restore), why the last good deploy cannot be put back; empty when it can (or there is none).
+  type: str
+  returned: when restore is set
 referenced:
   description: The build ids and patch directories the kept entries name (the roles never prune them).
   type: dict
@@ -126,26 +166,24 @@ referenced:
   sample: {build_ids: [sm_120a-1a2b3c4d5e6f], patch_dirs: [/opt/kdtree/patches/0123456789abcdef]}
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
 
 
 def _live_digest(path: str | None) -> str:
+    """sha256 of the live drop-in's bytes ("" when none): any bytes, UTF-8 or not, have one."""
     if not path:
         return ""
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, "rb") as handle:
             return history.digest(handle.read())
     except FileNotFoundError:
         return ""
 
 
-def run(params: dict, check_mode: bool) -> dict:
-    """The module's work, apart from AnsibleModule (tests call this)."""
-    path = params["path"]
-    entries = history.load(path)
-    live = _live_digest(params.get("dropin_path"))
-    out: dict = {"changed": False}
+def _change(params: dict, check_mode: bool, entries: list, out: dict) -> list:
     action = params["action"]
     if action == "begin":
         out["entry"] = history.begin(entries, params["record"] or {})
@@ -159,15 +197,43 @@ def run(params: dict, check_mode: bool) -> dict:
         else:
             out["entry"] = history.finish(entries, params["id"], params["result"], params["why"], **extra)
         out["changed"] = True
-    entries = history.trim(entries, params["keep"])
-    if out["changed"] and not check_mode:
-        history.save(path, entries)
+    return history.trim(entries, params["keep"])
+
+
+def run(params: dict, check_mode: bool) -> dict:
+    """The module's work, apart from AnsibleModule (tests call this)."""
+    path = params["path"]
+    history.check_dir(os.path.dirname(path) or ".")
+    live = _live_digest(params.get("dropin_path"))
+    out: dict = {"changed": False}
+    if params["action"] == "read" or check_mode:
+        entries = _change(params, check_mode, history.load(path), out)
+    else:
+        with history.locked(path):  # read-modify-write: a concurrent writer waits, loses nothing
+            entries = _change(params, check_mode, history.load(path), out)
+            history.save(path, entries)
+    good = history.last_good(entries, params.get("unlike_digest") or live)
     out.update(
         entries=entries,
-        last_good=history.last_good(entries, params.get("unlike_digest") or live),
+        last_good=good,
         live_dropin_digest=live,
         referenced=history.referenced(entries),
     )
+    restore = params.get("restore")
+    if restore and good is not None:
+        try:
+            out["last_good_fields"] = history.restore_fields(
+                good,
+                restore["build_root"],
+                restore["patch_root"],
+                restore["status_dir"],
+                list(restore.get("extra_keys") or []),
+            )
+            out["last_good_refusal"] = ""
+        except history.HistoryError as exc:
+            out["last_good_fields"], out["last_good_refusal"] = None, str(exc)
+    elif restore:
+        out["last_good_fields"], out["last_good_refusal"] = None, ""
     return out
 
 
@@ -184,13 +250,22 @@ def main() -> None:
             "why": {"type": "str", "default": ""},
             "rolled_back_to": {"type": "str", "default": ""},
             "keep": {"type": "int", "default": history.DEFAULT_KEEP},
+            "restore": {
+                "type": "dict",
+                "options": {
+                    "build_root": {"type": "path", "required": True},
+                    "patch_root": {"type": "path", "required": True},
+                    "status_dir": {"type": "path", "required": True},
+                    "extra_keys": {"type": "list", "elements": "str", "default": []},
+                },
+            },
         },
         required_if=[("action", "finish", ("id", "result"))],
         supports_check_mode=True,
     )
     try:
         module.exit_json(**run(module.params, module.check_mode))
-    except (history.HistoryError, OSError) as exc:
+    except (history.HistoryError, OSError, ValueError) as exc:
         module.fail_json(msg=f"kdtree_history: {exc}")
 
 

@@ -14,9 +14,12 @@ description:
     rollback take it first and release it last (also when they fail).
   - The lock is a root-only JSON file created exclusively, naming its holder (O(run_id), O(owner),
     O(play), start time). A run that finds another run's lock fails before it changes anything, and
-    the message names the holder and how long it has held the lock.
+    the message names the holder and how long it has held the lock. Any content of the file (not
+    JSON, odd values, a symlink, dangling or not) reads as a holder or a named problem, never a crash.
   - A lock left by a killed run is never taken over silently; break it with O(break_lock=true) once you
-    know that run is gone (the playbooks' C(-e kdtree_lock_break=true)).
+    know that run is gone (the playbooks' C(-e kdtree_lock_break=true)). Breaking is compare-and-swap,
+    only a lock older than this run, and only the one it read; of several runs breaking at once one wins.
+  - A failure of the module itself after it took the lock gives the lock back before it fails.
 options:
   state:
     description: V(present) to take the lock, V(absent) to release it.
@@ -80,11 +83,33 @@ held_by:
   returned: when state is absent
 """
 
+import time
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kdtree.fleet.plugins.module_utils import _lock as lock
 
+HELD = (
+    "kdtree: this host is locked by {holder}; nothing was changed. Wait for that run, or, if it is "
+    "gone (killed, controller lost), rerun with -e kdtree_lock_break=true."
+)
+
+
+def run(params: dict, check_mode: bool, started: float) -> tuple[dict, list[str]]:
+    """The module's work apart from AnsibleModule: (result, warnings). LockHeld, LockError."""
+    if params["state"] == "absent":
+        return lock.release(params["path"], params["run_id"], check_mode=check_mode), []
+    holder = {"run_id": params["run_id"], "owner": params["owner"], "play": params["play"]}
+    result = lock.acquire(
+        params["path"], holder, break_lock=params["break_lock"], check_mode=check_mode, since=started
+    )
+    warnings = []
+    if result["broken"]:
+        warnings.append(f"kdtree: broke the lock of {lock.describe(result['broken'])} (kdtree_lock_break)")
+    return result, warnings
+
 
 def main() -> None:
+    started = time.time()
     module = AnsibleModule(
         argument_spec={
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
@@ -97,21 +122,24 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
+    taking = p["state"] == "present" and not module.check_mode
     try:
-        if p["state"] == "absent":
-            module.exit_json(**lock.release(p["path"], p["run_id"], check_mode=module.check_mode))
-        holder = {"run_id": p["run_id"], "owner": p["owner"], "play": p["play"]}
-        result = lock.acquire(p["path"], holder, break_lock=p["break_lock"], check_mode=module.check_mode)
+        result, warnings = run(p, module.check_mode, started)
     except lock.LockHeld as exc:
-        module.fail_json(
-            msg=f"kdtree: this host is locked by {exc}; nothing was changed. Wait for that run, or, if it is "
-            "gone (killed, controller lost), rerun with -e kdtree_lock_break=true.",
-            holder=exc.holder,
-        )
-    except OSError as exc:
-        module.fail_json(msg=f"kdtree: cannot take the lock {p['path']}: {exc}")
-    if result["broken"]:
-        module.warn(f"kdtree: broke the lock of {lock.describe(result['broken'])} (kdtree_lock_break)")
+        module.fail_json(msg=HELD.format(holder=exc), holder=exc.holder)
+    except lock.LockError as exc:
+        module.fail_json(msg=f"kdtree: {exc}")
+    except Exception as exc:  # never leave a lock this run took behind a traceback: give it back
+        released = ""
+        if taking:
+            try:
+                lock.release(p["path"], p["run_id"], check_mode=False)
+                released = "; this run's lock, if it took it, was released"
+            except Exception as again:  # the failure below says both
+                released = f"; releasing this run's lock failed too ({type(again).__name__}: {again})"
+        module.fail_json(msg=f"kdtree: the lock module failed ({type(exc).__name__}: {exc}){released}")
+    for warning in warnings:
+        module.warn(warning)
     module.exit_json(**result)
 
 

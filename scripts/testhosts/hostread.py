@@ -24,6 +24,9 @@ if str(ROOT / "collections") not in sys.path:
     sys.path.insert(0, str(ROOT / "collections"))
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import (  # noqa: E402
+    _http_client as http_client,
+)
+from ansible_collections.kdtree.fleet.plugins.module_utils import (  # noqa: E402
     _journal as journal,
 )
 from ansible_collections.kdtree.fleet.plugins.module_utils import (  # noqa: E402
@@ -37,7 +40,7 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import (  # noqa: E40
 )
 
 # read_host()'s module and what it imports, in the order one program defines them.
-HOST_SOURCES = (journal, unit_socket, patch_files, smoke_host)
+HOST_SOURCES = (http_client, journal, unit_socket, patch_files, smoke_host)
 
 
 @functools.cache

@@ -10,20 +10,42 @@ from conftest import ROLES, load_yaml
 ansible_template = pytest.importorskip("ansible.template")
 
 
-def _set_fact_expression(name: str) -> str:
-    """The role's expression for fact `name` (tasks/preflight.yml): the test renders what the role does."""
-    tasks = load_yaml(ROLES / "kdtree_service" / "tasks" / "preflight.yml")
+def _set_fact_expression(name: str, tasks_file: str = "preflight.yml"):
+    """The role's expression for fact `name` (tasks/<tasks_file>): the test renders what the role does."""
+    tasks = load_yaml(ROLES / "kdtree_service" / "tasks" / tasks_file)
     task = next(t for t in tasks if name in t.get("ansible.builtin.set_fact", {}))
     return task["ansible.builtin.set_fact"][name]
 
 
-def render(unit_env: dict | None = None, **over) -> str:
+def render_fields(fields: dict, **over) -> str:
+    """The drop-in the role's one rule (tasks/render_dropin.yml's template) renders from `fields`."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    variables = {
+        "kdtree_service_secret_env_path": "/etc/kdtree/sglang.env",
+        "kdtree_service_status_dir": "/run/kdtree-sglang",
+        "kdtree_service_dropin_fields": fields,
+        **over,
+    }
+    loader = DataLoader()
+    loader.set_basedir(str(ROLES / "kdtree_service"))
+    templar = Templar(loader=loader, variables=variables)
+    source = (ROLES / "kdtree_service" / "templates" / "dropin.conf.j2").read_text(encoding="utf-8")
+    return templar.template(trust_as_template(source), escape_backslashes=False)
+
+
+def fields_of(**over) -> dict:
+    """The drop-in's fields as tasks/change.yml names them (what the history records)."""
+    return _render_vars(**over)["kdtree_service_dropin_fields"]
+
+
+def _render_vars(unit_env: dict | None = None, **over) -> dict:
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar, trust_as_template
 
     variables = load_yaml(ROLES / "kdtree_service" / "defaults" / "main.yml")
     variables.update(kdtree_service_model_path="/models/tiny-test", kdtree_service_tp_size=2)
-    # required inputs the deploy play hands on from the patch and build roles, and the facts entry point
     variables.update(
         kdtree_service_pythonpath="/opt/kdtree/patches/0123456789abcdef",
         kdtree_service_lib_path="/opt/kdtree/builds/sm_120a-x/libkdtree_verify.so",
@@ -37,6 +59,21 @@ def render(unit_env: dict | None = None, **over) -> str:
     templar = Templar(loader=loader, variables=variables)
     for name in ("_kdtree_service_env", "_kdtree_service_argv"):
         variables[name] = templar.template(trust_as_template(_set_fact_expression(name)))
+    templar = Templar(loader=loader, variables=variables)
+    fields = _set_fact_expression("kdtree_service_dropin_fields", "change.yml")
+    variables["kdtree_service_dropin_fields"] = {
+        key: templar.template(trust_as_template(value)) for key, value in fields.items()
+    }
+    return variables
+
+
+def render(unit_env: dict | None = None, **over) -> str:
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    variables = _render_vars(unit_env, **over)
+    loader = DataLoader()
+    loader.set_basedir(str(ROLES / "kdtree_service"))
     templar = Templar(loader=loader, variables=variables)
     source = (ROLES / "kdtree_service" / "templates" / "dropin.conf.j2").read_text(encoding="utf-8")
     # the template lookup renders files with escape_backslashes=False; do the same
