@@ -463,9 +463,11 @@ def run_tiers(
     ctx: Context, budget: Budget, tiers: Sequence[Tier] = TIERS, preflight_failed: str | None = None,
     runners: dict[str, Callable[[Tier, Context, float], Result]] | None = None,
     skip: frozenset[str] = frozenset(),
+    rehearser: Callable[[Tier, Context, str, float], Result] | None = None,
 ) -> list[Result]:  # fmt: skip
     """Every tier in order, each with the budget left; stops starting tiers once the budget is spent."""
     runners = runners or RUNNERS
+    rehearser = rehearser or rehearse
     results: list[Result] = []
     for tier in tiers:
         blocked = None
@@ -477,7 +479,7 @@ def run_tiers(
             blocked = f"skipped (build {results[0].state.lower()})"
         action, arg = decide(tier, budget, blocked)
         if action == SKIPPED and preflight_failed:
-            results.append(rehearse(tier, ctx, str(arg), budget.remaining()))
+            results.append(rehearser(tier, ctx, str(arg), budget.remaining()))
         elif action in (SKIPPED, CUT):
             results.append(Result(tier, action, str(arg)))
         else:
