@@ -36,10 +36,13 @@ start=$(date +%s)
 rm -rf "$venv"
 "$python" -m venv "$venv"
 # The GPU machine's versions (docs/gpu-check.md): torch 2.11 pins its triton (3.6 on Linux x86_64).
-timeout 3600 "$venv/bin/pip" install -q --no-input --progress-bar off "torch==2.11.*" "triton==3.6.*" numpy
+# numpy < 2.5: Triton 3.6's interpreter (TRITON_INTERPRET=1, the rehearsal's CPU run of SGLang's
+# kernel) converts 1-element arrays with int(), which numpy 2.5 refuses; compiled Triton needs no numpy.
+timeout 3600 "$venv/bin/pip" install -q --no-input --progress-bar off "torch==2.11.*" "triton==3.6.*" "numpy<2.5"
 "$venv/bin/python" - <<'PY'
 import sys
 
+import numpy
 import torch
 import triton
 
@@ -47,7 +50,7 @@ assert sys.version_info[:2] == (3, 12), sys.version
 assert torch.__version__.startswith("2.11."), torch.__version__
 assert triton.__version__.startswith("3.6."), triton.__version__
 print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__,
-      "cuda available:", torch.cuda.is_available())
+      "numpy", numpy.__version__, "cuda available:", torch.cuda.is_available())
 PY
 echo "$want" > "$stamp"
 echo "gpu-rehearsal venv: built in $(( $(date +%s) - start )) s"
