@@ -36,9 +36,10 @@ start=$(date +%s)
 rm -rf "$venv"
 "$python" -m venv "$venv"
 # The GPU machine's versions (docs/gpu-check.md): torch 2.11 pins its triton (3.6 on Linux x86_64).
-# numpy < 2.5: Triton 3.6's interpreter (TRITON_INTERPRET=1, the rehearsal's CPU run of SGLang's
-# kernel) converts 1-element arrays with int(), which numpy 2.5 refuses; compiled Triton needs no numpy.
-timeout 3600 "$venv/bin/pip" install -q --no-input --progress-bar off "torch==2.11.*" "triton==3.6.*" "numpy<2.5"
+# numpy < 2.4: Triton 3.6's interpreter (TRITON_INTERPRET=1, the rehearsal's CPU run of SGLang's
+# kernel) converts 1-element arrays with int(), which numpy 2.4 refuses (Triton 3.8 no longer does);
+# compiled Triton on the GPU needs no numpy.
+timeout 3600 "$venv/bin/pip" install -q --no-input --progress-bar off "torch==2.11.*" "triton==3.6.*" "numpy<2.4"
 "$venv/bin/python" - <<'PY'
 import sys
 
