@@ -8,6 +8,7 @@ replays of CALLS_PER_GRAPH back-to-back calls (no Python or ctypes overhead in t
 the issue's goals, each PASS/FAIL with its figure.
 
     python bench/kernel_bench.py --lib build/kernel/<arch>/libkdtree_verify.so [--quick] [--json out.json]
+    python bench/kernel_bench.py --quick --plan    the shapes and their H200 roofline; no GPU needed
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "roles" / "kdtree_patch" / "files" / "sglang_ext"))
+sys.path.insert(0, str(ROOT / "files" / "sglang_ext"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import sglang_triton  # noqa: E402
@@ -62,6 +63,17 @@ PEAK_TFLOPS = [
     ("RTX 5090", 209.0),
 ]
 CALLS_PER_GRAPH = 20
+# --quick (gpu-check tier 3): (H, batch, n, prefix), a few shapes for each goal of goals():
+QUICK_SHAPES = (
+    (8, 1, 4, 32768),  # >= 80% of roofline at prefix >= 32k, H*n <= 64
+    (8, 8, 4, 131072),
+    (16, 1, 4, 131072),
+    (8, 1, 4, 8192),  # >= 5x Triton at prefix >= 8k
+    (64, 1, 1, 8192),
+    (8, 1, 4, 1024),  # never slower than Triton (short prefix, many rows)
+    (64, 8, 16, 1024),
+)
+PLAN_DEVICE = "H200"  # --plan: the roofline figures are this device's (PEAK_GBPS / PEAK_TFLOPS)
 FLOPS_PER_KEY_ROW = 2 * (HEAD_DIM_QK + HEAD_DIM_V)  # S = q.k and O += p.v
 
 
@@ -332,6 +344,35 @@ def parse_list(text: str) -> list[int]:
     ]
 
 
+def select_shapes(args: argparse.Namespace) -> list[tuple[int, int, int, int]]:
+    """(H, batch, n, prefix) to time: QUICK_SHAPES with --quick, else the grid of the list options."""
+    if args.quick:
+        return list(QUICK_SHAPES)
+    ns, prefixes, batches = parse_list(args.n), parse_list(args.prefix), parse_list(args.batch)
+    return [(h, b, n, p) for h in parse_list(args.heads) for b in batches for n in ns for p in prefixes]
+
+
+def plan(shapes: list[tuple[int, int, int, int]], args: argparse.Namespace) -> int:
+    """The benchmark's CPU path: every shape with its bytes and roofline on PLAN_DEVICE, whether SGLang's
+    Triton kernel imports, and the goals it would judge (the GPU rehearsal runs this)."""
+    peak, _src = peak_gbps(PLAN_DEVICE, args.peak_gbps)
+    tflops = peak_tflops(PLAN_DEVICE, args.peak_tflops)
+    elem = 1 if args.kv_dtype == "fp8" else 2
+    print(f"plan: {len(shapes)} shapes, roofline on an {PLAN_DEVICE} ({peak:.0f} GB/s, {tflops:.0f} TFLOP/s)")
+    for heads, batch, n, prefix in shapes:
+        nbytes, flops, us = roofline_us(batch, n, prefix, heads, elem, peak, tflops)
+        print(
+            f"plan: H={heads} batch={batch} n={n} prefix={prefix} bytes={nbytes} flops={flops} "
+            f"roof_us={us:.2f}"
+        )
+    fwd, where = import_triton_extend()
+    print(f"triton: {where if fwd is not None else 'NOT importable: ' + where}")
+    print("goals:")
+    for text, _verdict in goals([]):
+        print(f"  NOT MEASURED (plan only, no timing)  {text}")
+    return 0 if fwd is not None else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", default=os.environ.get("KDTREE_LIB", ""), help="libkdtree_verify.so (absolute)")
@@ -340,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefix", default="1k,8k,32k,128k")
     ap.add_argument("--batch", default="1,8,32")
     ap.add_argument("--kv-dtype", choices=["bf16", "fp8"], default="bf16")
-    ap.add_argument("--quick", action="store_true", help="H=8,64 n=4,16 prefix=1k,8k,32k,128k batch=1,8")
+    ap.add_argument("--quick", action="store_true", help="QUICK_SHAPES only (a few shapes per goal)")
+    ap.add_argument("--plan", action="store_true", help="print the shapes and their H200 roofline; no GPU")
     ap.add_argument("--max-pool-gb", type=float, default=24.0, help="skip shapes whose KV pool is larger")
     ap.add_argument("--peak-gbps", type=float, default=None)
     ap.add_argument("--peak-tflops", type=float, default=None)
@@ -348,7 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="write the rows and goals here")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-
+    shapes = select_shapes(args)
+    if args.plan:
+        return plan(shapes, args)
     if not torch.cuda.is_available():
         print("kernel_bench: no CUDA GPU; nothing to measure")
         return 2
@@ -358,10 +402,6 @@ def main(argv: list[str] | None = None) -> int:
     if reason:
         print(f"kernel_bench: library unusable on this GPU: {reason}")
         return 2
-    ns, prefixes, batches = parse_list(args.n), parse_list(args.prefix), parse_list(args.batch)
-    heads_list = parse_list(args.heads)
-    if args.quick:
-        heads_list, ns, prefixes, batches = [8, 64], [4, 16], [1024, 8192, 32768, 131072], [1, 8]
     kv_dtype = torch.float8_e4m3fn if args.kv_dtype == "fp8" else torch.bfloat16
     name = torch.cuda.get_device_name(0)
     peak, peak_src = peak_gbps(name, args.peak_gbps)
@@ -387,7 +427,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(header)
     rows: list[Row] = []
-    shapes = [(h, b, n, p) for h in heads_list for b in batches for n in ns for p in prefixes]
     for heads, batch, n, prefix in shapes:
         pool_gb = (batch * prefix + 64) * HEAD_DIM_QK * (1 if args.kv_dtype == "fp8" else 2) / 1e9
         if pool_gb > args.max_pool_gb:

@@ -21,6 +21,8 @@ v_extend [T, 1, HEAD_DIM_V], kv_buffer [P, 1, HEAD_DIM_QK], outputs [T, H, HEAD_
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
 
 import torch
@@ -32,6 +34,19 @@ NEEDLE_Q = 8.0  # q[..., -1] of every row
 NEEDLE_K = 36.0  # k[-1] of a needle key: score NEEDLE_Q * NEEDLE_K / sqrt(HEAD_DIM_QK) = 12 (e^12 = 1.6e5 x)
 NEEDLE_V = 64.0  # the needle's one-hot value (fits e4m3 and bf16 exactly)
 NEEDLE_WEIGHT_RTOL = 0.05  # a needle's weight in the output vs the reference's
+
+
+MEASURES_ENV = "KDTREE_GPU_MEASURES"  # set by bench/gpu_check.py: where the tests' error figures go
+
+
+def record(measure: str, value: float) -> None:
+    """Append one error figure of the running test to $KDTREE_GPU_MEASURES (a JSON line per figure, for
+    gpu-check's per-variant summary); nothing when unset."""
+    path = os.environ.get(MEASURES_ENV)
+    if path:
+        node = os.environ.get("PYTEST_CURRENT_TEST", "?")
+        with open(path, "a") as fh:
+            fh.write(json.dumps({"node": node, "measure": measure, "value": float(value)}) + "\n")
 
 
 def row_rel_l2(got: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
@@ -46,6 +61,7 @@ def check_rows(got: torch.Tensor, ref: torch.Tensor, tol: float = ROW_REL_L2_TOL
     if not bool(torch.isfinite(got.float()).all()):
         return "non-finite values in the output"
     worst = float(err.max())
+    record("row_rel_l2", worst)
     if worst <= tol:
         return None
     t, h = divmod(int(err.argmax()), err.shape[1])

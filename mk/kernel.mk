@@ -1,5 +1,5 @@
 # Kernel track: the CUDA verify-attention library (files/csrc), its binding's tests, benchmark, GPU check.
-.PHONY: build-kernel test-kernel test-kernel-fast bench-kernel gpu-check hostlib
+.PHONY: build-kernel test-kernel test-kernel-fast bench-kernel gpu-check gpu-rehearsal hostlib
 
 # The supported arches come from build.sh, the one owner of the compute capability -> arch map.
 KERNEL_BUILD_SH := $(ROOT)/files/csrc/build.sh
@@ -31,18 +31,28 @@ test-kernel: venv sglang-venv
 	@for arch in $(KERNEL_ARCHS); do $(MAKE) --no-print-directory build-kernel ARCH=$$arch | grep -E "^build-kernel:|Used|spill"; done
 	$(KERNEL_PY) -m pytest -q -p no:cacheprovider tests/kernel
 
-# Quick subset (< 1 min, no torch): library tests for every arch (rebuilds only if sources changed) and
-# the arch-map agreement test.
+# Quick subset (< 1 min, no torch): library tests for every arch (rebuilds only if sources changed), the
+# arch-map agreement test, and gpu-check's budget and tier logic (bench/gpu_check.py).
 test-kernel-fast: venv
-	$(VBIN)/pytest -q -p no:cacheprovider tests/kernel/test_library.py tests/kernel/test_arch_map.py
+	$(VBIN)/pytest -q -p no:cacheprovider tests/kernel/test_library.py tests/kernel/test_arch_map.py \
+	  tests/kernel/test_gpu_tiers.py
 
+# gpu-check's --budget-s (seconds); empty: bench/gpu_check.py's default (docs/gpu-check.md).
+BUDGET ?=
 # GPU only: build for this GPU's arch and benchmark against SGLang's Triton kernel (out/gpu-check/).
 bench-kernel:
-	bash scripts/gpu-check.sh --skip-tests
+	bash scripts/gpu-check.sh --skip-tests $(if $(BUDGET),--budget-s $(BUDGET))
 
-# GPU only: build for this GPU's arch, GPU tests, benchmark; all results in $${OUT:-out}/gpu-check/.
+# GPU only: build, quick tier, quick benchmark, then the full tiers while BUDGET lasts; $${OUT:-out}/gpu-check/.
 gpu-check:
-	bash scripts/gpu-check.sh
+	bash scripts/gpu-check.sh $(if $(BUDGET),--budget-s $(BUDGET))
+
+GPU_REHEARSAL_VENV := $(ROOT)/.cache/gpu-rehearsal-venv
+# No GPU: gpu-check rehearsed on the CPU in the GPU machine's software (Python 3.12, torch 2.11, triton
+# 3.6 from the package index into .cache/, ~5 GB, built once); every step up to the first CUDA call.
+# Not part of make test. Results in $${OUT:-out}/gpu-rehearsal/.
+gpu-rehearsal:
+	bash scripts/gpu-rehearsal.sh $(GPU_REHEARSAL_VENV)
 
 TEST_TARGETS += test-kernel
 TEST_FAST_TARGETS += test-kernel-fast

@@ -1,34 +1,46 @@
 #!/usr/bin/env bash
-# The kernel's whole GPU picture in one command (make gpu-check / make bench-kernel), on a machine with
-# Python, torch (CUDA), triton and nvcc but no network and no SGLang: everything else travels with the
-# working tree (scripts/wheelhouse: pytest and its three dependencies, pure-Python wheels;
-# bench/sglang_triton: SGLang 0.5.23's Triton verify kernel file).
-#   1. driver vs toolkit: nvcc 13 links a static cudart that needs driver >= 580 (12.9: 575, 12.8: 570);
-#      an older driver fails every launch, so this is checked first and said plainly (exit 4);
-#   2. the GPU's arch (build.sh --arch-for-cc owns the map), the build and its ptxas report;
-#   3. the GPU tests (tests/kernel/test_*_gpu.py, test_call_counter.py + the CPU halves); any failure makes the exit non-zero;
-#   4. the benchmark (CUDA-graph timing): every goal printed PASS/FAIL with its figure (they do not
-#      change the exit status: a correct, slow kernel is a performance finding, not a broken check).
-# Results in ${OUT:-./out}/gpu-check/: env.txt, nvidia-smi.txt, build.log, pytest-kernel.{txt,xml},
-# bench-kernel.{txt,json}, summary.txt.
-#   scripts/gpu-check.sh [--skip-tests] [--skip-bench] [--quick-bench]
+# The kernel's whole GPU picture in one command (make gpu-check), on a machine with Python, torch (CUDA),
+# triton and nvcc but no network and no SGLang: everything else travels with the working tree
+# (scripts/wheelhouse: pytest and its three dependencies, pure-Python wheels; bench/sglang_triton:
+# SGLang 0.5.23's Triton verify kernel file). docs/gpu-check.md: the command, durations, the summary.
+# This script does the preflight, in this order, each failure said plainly:
+#   driver vs toolkit (nvcc 13 links a static cudart that needs driver >= 580; 12.9: 575, 12.8: 570;
+#   exit 4), the GPU's arch (build.sh --arch-for-cc owns the map; exit 3 without one), a python with
+#   torch + CUDA (exit 5), pytest (from the wheelhouse when missing);
+# then bench/gpu_check.py runs the tiers within ONE wall-clock budget (--budget-s, from this script's
+# start): 1 build, 2 quick (one test per kernel variant), 3 bench-quick, 4 full-tests, 5 full-bench.
+# Each tier gets what is left of the budget as its timeout and is reported PASSED / FAILED / CUT
+# (budget) / SKIPPED; without a GPU every tier is SKIPPED after collecting what it would run. The
+# benchmark's goal lines (PASS/FAIL with the figure) do not change the exit status.
+# Results in ${OUT:-./out}/gpu-check/: summary.txt, env.txt, nvidia-smi.txt, build*.log,
+# pytest-<tier>.{txt,xml}, measures-quick.jsonl, bench-<tier>.{txt,json}.
+#   scripts/gpu-check.sh [--budget-s N] [--skip-tests] [--skip-bench] [--quick-bench]
 #   scripts/gpu-check.sh --print-arch       only detect: print the GPU's arch; exit 3 without one
 #   scripts/gpu-check.sh --check-driver V   only the driver check, against driver version V (for tests)
-# Environment: KDTREE_PYTHON (python with torch+CUDA; default .cache/sglang-venv/bin/python if it has
-#   torch, else python3), KDTREE_NVCC, KDTREE_BENCH_ARGS, KDTREE_TEST_TIMEOUT / KDTREE_BENCH_TIMEOUT (s).
-# Exit: 0 all correctness checks passed; 1 build or a test failed; 3 no usable GPU; 4 driver too old;
-#   5 no python with torch.
+# --quick-bench: no full tiers (build, quick, bench-quick). Environment: KDTREE_PYTHON (python with
+#   torch+CUDA; default .cache/sglang-venv/bin/python if it has torch, else python3), KDTREE_NVCC,
+#   KDTREE_BENCH_ARGS (extra kernel_bench.py arguments).
+# Exit: 0 build and quick tier passed, nothing failed; 1 a tier failed; 2 bad arguments; 3 no usable
+#   GPU; 4 driver too old; 5 no python with torch+CUDA or no pytest; 6 the quick tier did not finish
+#   within the budget (correctness not established).
 set -uo pipefail
 
+started_at="$(date +%s.%N)"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+tiers_py="$root/bench/gpu_check.py"
 build_sh="$root/files/csrc/build.sh"
 dest="${OUT:-$root/out}/gpu-check"
-run_tests=1 run_bench=1 print_arch=0 bench_extra=() driver_override=""
+budget_s="" skip="" print_arch=0 driver_override=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --skip-tests) run_tests=0 ;;
-    --skip-bench) run_bench=0 ;;
-    --quick-bench) bench_extra+=(--quick) ;;
+    --budget-s)
+      budget_s="${2:-}"; shift
+      if [[ ! "$budget_s" =~ ^[0-9]+$ || "$budget_s" -lt 1 ]]; then
+        echo "gpu-check: --budget-s needs a whole number of seconds >= 1, not '$budget_s'" >&2; exit 2
+      fi ;;
+    --skip-tests) skip+="quick,full-tests," ;;
+    --skip-bench) skip+="bench-quick,full-bench," ;;
+    --quick-bench) skip+="full-tests,full-bench," ;;
     --print-arch) print_arch=1 ;;
     --check-driver) driver_override="${2:-}"; shift ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
@@ -90,9 +102,44 @@ else
   note() { echo "$*" | tee -a "$summary"; }
 fi
 
+# --- python, torch, pytest (from the wheelhouse when missing): chosen first, checked where needed -
+py="${KDTREE_PYTHON:-}"
+if [[ -z "$py" ]]; then
+  py=python3
+  if "$root/.cache/sglang-venv/bin/python" -c 'import torch' >/dev/null 2>&1; then py="$root/.cache/sglang-venv/bin/python"; fi
+fi
+# pytest for $py: its own, else the wheelhouse's (extracted under $dest); 1 when neither works.
+setup_pytest() {
+  "$py" -c 'import pytest' >/dev/null 2>&1 && return 0
+  local site="$dest/.pytest-site"
+  if bash "$root/scripts/wheelhouse-site.sh" "$py" "$site" >> "$dest/env.txt" 2>&1; then
+    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+    note "gpu-check: pytest from scripts/wheelhouse ($("$py" -m pytest --version 2>&1 | head -n1))"
+    return 0
+  fi
+  note "gpu-check: cannot set up pytest from scripts/wheelhouse for $py (see env.txt)"
+  return 1
+}
+# The tiers' runner and summary; stdlib only, so any python 3 runs it.
+run_tiers() {
+  local runner="$py"
+  "$runner" -c 'import sys; assert sys.version_info >= (3, 10)' >/dev/null 2>&1 || runner=python3
+  # No --budget-s: bench/gpu_check.py's DEFAULT_BUDGET_S (the one owner of the default).
+  "$runner" "$tiers_py" --root "$root" --dest "$dest" ${budget_s:+--budget-s "$budget_s"} --started-at "$started_at" \
+    --python "$py" --skip "$skip" --bench-args "${KDTREE_BENCH_ARGS:-}" "$@"
+}
+# preflight_failed <exit code> <why>: every tier SKIPPED (after collecting what it would run), then exit.
+preflight_failed() {
+  local code="$1" why="$2"
+  if [[ $print_arch -eq 1 ]]; then exit "$code"; fi
+  if "$py" -c 'import torch' >/dev/null 2>&1; then setup_pytest || true; fi
+  run_tiers --preflight-failed "$why" --exit-code "$code"
+  exit "$code"
+}
+
 if ! command -v nvidia-smi >/dev/null 2>&1; then
   note "gpu-check: nvidia-smi not found: no NVIDIA GPU on this machine; nothing to check"
-  exit 3
+  preflight_failed 3 "no GPU: nvidia-smi not found"
 fi
 [[ $print_arch -eq 1 ]] || timeout 60 nvidia-smi > "$dest/nvidia-smi.txt" 2>&1 || true
 cap="$(timeout 60 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' ')"
@@ -102,18 +149,18 @@ driver="$(timeout 60 nvidia-smi --query-gpu=driver_version --format=csv,noheader
 if [[ $print_arch -eq 0 ]]; then
   if [[ -z "$nvcc" ]]; then
     note "gpu-check: nvcc not found (set KDTREE_NVCC or install the CUDA toolkit >= 12.8)"
-    exit 1
+    preflight_failed 1 "no nvcc"
   fi
   if ! msg="$(check_driver "$driver" "$release")"; then
     note "$msg"
-    exit 4
+    preflight_failed 4 "driver $driver too old for CUDA $release"
   fi
   note "$msg"
 fi
 
 if ! arch="$(bash "$build_sh" --arch-for-cc "$cap" 2>&1)"; then
   note "gpu-check: GPU '$name': ${arch:-build.sh --arch-for-cc '$cap' failed}"
-  exit 3
+  preflight_failed 3 "no usable GPU: compute capability '$cap' unsupported"
 fi
 note "gpu-check: GPU '$name' compute capability $cap -> $arch"
 if [[ $print_arch -eq 1 ]]; then
@@ -121,26 +168,11 @@ if [[ $print_arch -eq 1 ]]; then
   exit 0
 fi
 
-# --- python, torch, pytest (from the wheelhouse when missing), triton -----------------------------
-py="${KDTREE_PYTHON:-}"
-if [[ -z "$py" ]]; then
-  py=python3
-  if "$root/.cache/sglang-venv/bin/python" -c 'import torch' >/dev/null 2>&1; then py="$root/.cache/sglang-venv/bin/python"; fi
-fi
 if ! "$py" -c 'import torch; assert torch.cuda.is_available()' >> "$dest/env.txt" 2>&1; then
   note "gpu-check: $py has no torch with CUDA (set KDTREE_PYTHON); see env.txt"
-  exit 5
+  preflight_failed 5 "no torch with CUDA in $py"
 fi
-if ! "$py" -c 'import pytest' >/dev/null 2>&1; then
-  site="$dest/.pytest-site"
-  if bash "$root/scripts/wheelhouse-site.sh" "$py" "$site" >> "$dest/env.txt" 2>&1; then
-    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-    note "gpu-check: pytest from scripts/wheelhouse ($("$py" -m pytest --version 2>&1 | head -n1))"
-  else
-    note "gpu-check: cannot set up pytest from scripts/wheelhouse (see env.txt)"
-    exit 5
-  fi
-fi
+setup_pytest || preflight_failed 5 "no pytest for $py"
 {
   echo "python: $py"
   "$py" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
@@ -149,49 +181,4 @@ fi
   echo "driver $driver nvcc $nvcc ($release)"
 } >> "$dest/env.txt"
 
-# --- build ---------------------------------------------------------------------------------------
-lib="$dest/build/$arch/libkdtree_verify.so"
-start=$(date +%s)
-if bash "$build_sh" --arch "$arch" --out "$dest/build/$arch" --nvcc "$nvcc" > "$dest/build.log" 2>&1; then
-  cp "$dest/build.log" "$dest/build/$arch/build.log"
-  note "build: ok in $(( $(date +%s) - start )) s -> $lib"
-  grep -E "Used [0-9]+ registers|spill" "$dest/build.log" | tee -a "$summary"
-  build_rc=0
-else
-  build_rc=1
-  note "build: FAILED (see build.log)"; tail -n 30 "$dest/build.log" | tee -a "$summary"
-fi
-
-# --- GPU tests (and the kernel tests' CPU halves, which need no GPU but run here too) -------------
-tests_rc=skipped
-if [[ $run_tests -eq 1 && $build_rc -eq 0 ]]; then
-  KDTREE_LIB="$lib" KDTREE_KERNEL_BUILD_DIR="$dest/build" timeout "${KDTREE_TEST_TIMEOUT:-1500}" \
-    "$py" -m pytest -v -p no:cacheprovider -rs -c "$root/pyproject.toml" --rootdir "$root" \
-    "$root/tests/kernel/test_kernel_gpu.py" "$root/tests/kernel/test_teeth_gpu.py" \
-    "$root/tests/kernel/test_call_counter.py" \
-    "$root/tests/kernel/test_checks_cpu.py" --junitxml="$dest/pytest-kernel.xml" \
-    > "$dest/pytest-kernel.txt" 2>&1
-  tests_rc=$?
-  note "tests: rc=$tests_rc ($(tail -n1 "$dest/pytest-kernel.txt"))"
-  grep -E "^(FAILED|ERROR)" "$dest/pytest-kernel.txt" | head -n 20 | tee -a "$summary"
-fi
-
-# --- benchmark ------------------------------------------------------------------------------------
-bench_rc=skipped
-if [[ $run_bench -eq 1 && $build_rc -eq 0 ]]; then
-  # shellcheck disable=SC2086
-  KDTREE_LIB="$lib" timeout "${KDTREE_BENCH_TIMEOUT:-900}" "$py" "$root/bench/kernel_bench.py" --lib "$lib" \
-    --json "$dest/bench-kernel.json" "${bench_extra[@]}" ${KDTREE_BENCH_ARGS:-} 2>&1 | tee "$dest/bench-kernel.txt"
-  bench_rc=${PIPESTATUS[0]}
-  note "bench: rc=$bench_rc"
-  sed -n '/^goals/,$p' "$dest/bench-kernel.txt" >> "$summary"
-fi
-
-note "gpu-check: results in $dest"
-ok=1
-[[ $build_rc -eq 0 ]] || ok=0
-[[ $tests_rc == skipped || $tests_rc -eq 0 ]] || ok=0
-[[ $bench_rc == skipped || $bench_rc -eq 0 ]] || ok=0
-if [[ $ok -eq 1 ]]; then note "gpu-check: correctness PASS"; exit 0; fi
-note "gpu-check: correctness FAIL (build rc=$build_rc, tests rc=$tests_rc, bench rc=$bench_rc)"
-exit 1
+run_tiers --arch "$arch" --nvcc "$nvcc"

@@ -6,6 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import gpu_check
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,3 +79,13 @@ def build_host_double(out: Path, *extra: str) -> Path:
 def host_library(tmp_path_factory) -> Path:
     """The host test double, built with g++ into a temporary directory."""
     return build_host_double(tmp_path_factory.mktemp("hostlib"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark the quick tier's tests (bench/gpu_check.py QUICK, the one selection) `tier_quick`, before
+    `-m` deselects: `pytest -m tier_quick` is tier 2 of scripts/gpu-check.sh."""
+    for item in items:
+        rel = item.nodeid.rsplit("tests/kernel/", 1)[-1]
+        if rel in gpu_check.QUICK:
+            item.add_marker(pytest.mark.tier_quick)

@@ -19,7 +19,7 @@ from conftest import ARCHS, BUILD_DIR, build_library  # noqa: E402
 from kdtree_verify.kernel import binding as kernel  # noqa: E402
 from kdtree_verify.kernel.shapes import HEAD_DIM_QK, HEAD_DIM_V  # noqa: E402
 from kernel_cases import CaseSpec, kernel_kwargs, make_case  # noqa: E402
-from kernel_checks import check_rows  # noqa: E402
+from kernel_checks import check_rows, record  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
@@ -73,6 +73,7 @@ def _check(vk, spec: CaseSpec, *, max_extend_len: int | None = None, extra_rows:
     problem = check_rows(got, ref)
     assert problem is None, problem
     err = (got - ref).abs()
+    record("max_abs_err", float(err.max()))
     bound = ATOL + RTOL * ref.abs()
     worst = int(torch.argmax(err - bound))
     assert bool((err <= bound).all()), (
