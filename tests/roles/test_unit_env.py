@@ -40,8 +40,16 @@ def test_unset_environment_and_other_sections_and_continuations():
     assert merged(text) == {"D": "2"}
 
 
-def test_percent_specifier_escape_is_a_literal_percent():
-    assert merged('[Service]\nEnvironment="P=50%%"\n') == {"P": "50%"}
+def test_specifiers_are_kept_as_written_and_resolved_as_systemd_does():
+    """The drop-in copies the unit's PYTHONPATH back into unit syntax: %h must stay %h there (it was
+    turned into a literal "%h" before); resolving gives what systemd gives the service."""
+    env = merged('[Service]\nEnvironment="P=50%%" PYTHONPATH=%h/lib:%n\n')
+    assert env == {"P": "50%%", "PYTHONPATH": "%h/lib:%n"}
+    context = unit_env.specifier_context("sglang.service")
+    assert unit_env.resolve_specifiers(env["P"], context) == "50%"
+    assert unit_env.resolve_specifiers(env["PYTHONPATH"], context) == "/root/lib:sglang.service"
+    with pytest.raises(unit_env.UnknownSpecifier):
+        unit_env.resolve_specifiers("%m", context)
 
 
 def test_environment_files_are_listed(tmp_path):
