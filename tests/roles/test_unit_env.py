@@ -99,3 +99,14 @@ def test_the_drop_in_prepends_the_patch_directory_to_the_unit_s_pythonpath(stock
     templar = Templar(loader=DataLoader(), variables=variables)
     env = dict(templar.template(trust_as_template(_prepend_expression())))
     assert env["PYTHONPATH"] == wanted
+
+
+def test_a_specifier_in_the_unit_s_pythonpath_reaches_the_drop_in_as_a_specifier():
+    """The operator's PYTHONPATH=%h/lib must stay %h in the drop-in (systemd expands it there as in the
+    unit); before, the template escaped it to %%h, a literal directory named "%h"."""
+    from test_dropin_template import lines, render
+
+    text = render({"PYTHONPATH": "%h/lib:%%literal"}, kdtree_service_env_extra={"X": "100%"})
+    (pythonpath,) = [line for line in lines(text, "Environment=") if "PYTHONPATH" in line]
+    assert pythonpath == 'Environment="PYTHONPATH=/opt/kdtree/patches/0123456789abcdef:%h/lib:%%literal"', pythonpath
+    assert 'Environment="X=100%%"' in text
