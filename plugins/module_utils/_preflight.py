@@ -165,7 +165,7 @@ def shebang(path: str) -> list[str]:
     try:
         with open(path, "rb") as handle:
             first = handle.readline(512)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the path
         return []
     if not first.startswith(b"#!"):
         return []
@@ -382,7 +382,7 @@ def env_file_entries(path: str) -> tuple[str, list[tuple[int, str, str]]]:
                 if line and not line.startswith(("#", ";")) and "=" in line:
                     name, _, value = line.partition("=")
                     entries.append((number, name.strip(), value.strip()))
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the path
         pass
     return path, entries
 
@@ -424,7 +424,12 @@ def check_overrides(
         if s.key == "EnvironmentFile" and not s.value and later and env_file:
             found.append(f"{s.path}:{s.line} an empty EnvironmentFile= drops kdtree's {env_file}")
         if s.key == "EnvironmentFile" and s.value:
-            for file in environment_file_paths(s.value, unit.name):
+            try:
+                files = environment_file_paths(s.value, unit.name)
+            except UnknownSpecifier as exc:
+                found.append(f"{s.path}:{s.line} EnvironmentFile= cannot be read as systemd does ({exc})")
+                files = []
+            for file in files:
                 path, assigned = env_file_assignments(file)
                 for name in sorted(wanted & set(assigned)):
                     where = f"EnvironmentFile= at {s.path}:{s.line}"
@@ -497,8 +502,9 @@ def probe_root_paths(python: str, env: dict[str, str], cwd: str) -> list[str]:
 
 
 def working_directory(value: str, user: str) -> str:
-    """systemd's WorkingDirectory= ("-" prefix: optional; "~": the User='s home; empty: /)."""
-    value = value.removeprefix("-")
+    """systemd's WorkingDirectory= ("-" prefix, "!" in systemctl show: optional; "~": the User='s home;
+    empty: /)."""
+    value = value.removeprefix("-").removeprefix("!")
     if value == "~":
         import pwd
 
@@ -521,7 +527,8 @@ def probe_argv(
     if group:
         argv += ["-p", f"Group={group}"]
     if cwd:
-        argv += ["-p", f"WorkingDirectory={cwd}"]
+        # systemctl show writes an optional directory as "!/path"; the unit file's syntax is "-/path"
+        argv += ["-p", f"WorkingDirectory=-{cwd[1:]}" if cwd.startswith("!") else f"WorkingDirectory={cwd}"]
     for name, value in env.items():
         argv += ["-E", f"{name}={value}"]
     budget = str(max(10, int(timeout_s) - 10))

@@ -98,29 +98,33 @@ _C_ESCAPES.update({c: c for c in "\\\"'"})
 _WHITESPACE = " \t\n\r"
 
 
-def _unescape(value: str, i: int) -> tuple[str, int]:
-    """One C escape at value[i] (just after the backslash): (the character, the next index)."""
+def _unescape(value: str, i: int, separators: bool = False) -> tuple[str, int]:
+    """One C escape at value[i] (just after the backslash): (the character, the next index);
+    `separators`: a backslash before whitespace is that whitespace (ExecStart's command lines)."""
     if i >= len(value):
         raise UnitSyntaxError("a backslash at the end of the value")
     char = value[i]
+    if separators and char in _WHITESPACE:
+        return char, i + 1
     if char in _C_ESCAPES:
         return _C_ESCAPES[char], i + 1
-    if char == "x" and len(value) >= i + 3:
+    hexdigits = "0123456789abcdefABCDEF"
+    if char == "x" and len(value) >= i + 3 and all(c in hexdigits for c in value[i + 1 : i + 3]):
         return chr(int(value[i + 1 : i + 3], 16)), i + 3
     if char in "01234567" and len(value) >= i + 3 and all(c in "01234567" for c in value[i : i + 3]):
         return chr(int(value[i : i + 3], 8)), i + 3
     if char in "uU":
         width = 4 if char == "u" else 8
         digits = value[i + 1 : i + 1 + width]
-        if len(digits) == width and all(c in "0123456789abcdefABCDEF" for c in digits):
+        if len(digits) == width and all(c in hexdigits for c in digits) and int(digits, 16) <= 0x10FFFF:
             return chr(int(digits, 16)), i + 1 + width
     raise UnitSyntaxError(f"an unknown escape \\{char}")
 
 
-def split_words(value: str) -> list[str]:
+def split_words(value: str, separators: bool = False) -> list[str]:
     """systemd's extract_first_word(UNQUOTE|CUNESCAPE) over a whole value: whitespace-separated words,
     "..." and '...' quotes (anywhere in a word), C escapes. Specifiers are left alone. Raises
-    UnitSyntaxError where systemd would refuse the value."""
+    UnitSyntaxError where systemd would refuse the value. `separators`: see _unescape."""
     words: list[str] = []
     i, n = 0, len(value)
     while True:
@@ -135,7 +139,7 @@ def split_words(value: str) -> list[str]:
                 if char == quote:
                     quote, i = "", i + 1
                 elif char == "\\":
-                    text, i = _unescape(value, i + 1)
+                    text, i = _unescape(value, i + 1, separators)
                     word.append(text)
                 else:
                     word.append(char)
@@ -146,7 +150,7 @@ def split_words(value: str) -> list[str]:
             if char in "\"'":
                 quote, started, i = char, True, i + 1
             elif char == "\\":
-                text, i = _unescape(value, i + 1)
+                text, i = _unescape(value, i + 1, separators)
                 word.append(text)
             else:
                 word.append(char)

@@ -108,5 +108,7 @@ def test_a_specifier_in_the_unit_s_pythonpath_reaches_the_drop_in_as_a_specifier
 
     text = render({"PYTHONPATH": "%h/lib:%%literal"}, kdtree_service_env_extra={"X": "100%"})
     (pythonpath,) = [line for line in lines(text, "Environment=") if "PYTHONPATH" in line]
-    assert pythonpath == 'Environment="PYTHONPATH=/opt/kdtree/patches/0123456789abcdef:%h/lib:%%literal"', pythonpath
+    assert pythonpath == 'Environment="PYTHONPATH=/opt/kdtree/patches/0123456789abcdef:%h/lib:%%literal"', (
+        pythonpath
+    )
     assert 'Environment="X=100%%"' in text
