@@ -273,6 +273,57 @@ def test_the_unit_environment_for_the_probe_lets_environment_files_win(tmp_path)
     assert preflight.unit_environment(unit) == {"HF_HUB_OFFLINE": "0"}
 
 
+def test_an_environment_file_glob_and_specifier_are_read_as_systemd_reads_them(tmp_path):
+    """systemd.exec(5): EnvironmentFile= resolves specifiers and reads a glob's files in sorted order
+    (before, the path was opened as written: `%N/*.env` named no file and its KDTREE_VERIFY=off hid)."""
+    conf = tmp_path / "conf" / "sglang"
+    conf.mkdir(parents=True)
+    (conf / "10-a.env").write_text("A=1\nKDTREE_VERIFY=off\n", encoding="utf-8")
+    (conf / "20-b.env").write_text("A=2\n", encoding="utf-8")
+    spec = f"-{tmp_path}/conf/%N/*.env"
+    unit = make_unit(tmp_path, STOCK.replace("[Service]\n", f"[Service]\nEnvironmentFile={spec}\n"))
+    assert preflight.unit_environment(unit)["A"] == "2"
+    check = checks(unit)["overrides"]
+    assert not check.ok and f"{conf}/10-a.env:2 (EnvironmentFile= at" in check.message, check.message
+
+
+def test_a_dollar_word_becomes_the_value_s_words_and_braces_keep_one_word(tmp_path):
+    """systemd.service(5) "Command lines": `$ARGS` alone is split at whitespace, `${MODEL}` is one word
+    (before, `$ARGS` stayed one word and the launch's --tp-size and --port were never read)."""
+    stock = (
+        '[Service]\nEnvironment="ARGS=--tp-size 2 --port 31000" "MODEL=/models/a b"\n'
+        "ExecStart=/opt/sglang/venv/bin/python -m sglang.launch_server $ARGS --model-path ${MODEL}\n"
+    )
+    facts = preflight.launch_facts(make_unit(tmp_path, stock), [])
+    assert (facts["port"], facts["schedulers"], facts["unparsed"]) == (31000, 2, [])
+
+
+@pytest.mark.parametrize(
+    ("wrapper", "name", "wanted"),
+    [
+        ("env -i", "interpreter", "`env -i` clears the environment"),
+        ("env --ignore-environment", "interpreter", "`env -i` clears the environment"),
+        ("env --block-signal", "interpreter", "env option --block-signal is not one kdtree can follow"),
+        ("env -u KDTREE_VERIFY", "overrides", "env -u KDTREE_VERIFY unsets KDTREE_VERIFY"),
+        ("env KDTREE_LIB=/x", "overrides", "env KDTREE_LIB=... sets KDTREE_LIB"),
+    ],
+)
+def test_an_env_wrapper_that_drops_or_changes_our_variables_is_refused(tmp_path, wrapper, name, wanted):
+    """`env -i python ...` starts python with an empty environment: PYTHONPATH never reaches it, the
+    patch never loads (before, env was looked through and the unit passed)."""
+    unit = make_unit(tmp_path, STOCK.replace("ExecStart=", f"ExecStart=/usr/bin/{wrapper} "))
+    check = checks(unit)[name]
+    assert not check.ok and wanted in check.message, check.message
+
+
+def test_a_unit_whose_files_changed_since_the_last_daemon_reload_is_refused_before_any_check(tmp_path):
+    """NeedDaemonReload=yes: systemd runs what it read before, not what the files now say."""
+    found = checks(make_unit(tmp_path, NeedDaemonReload="yes"))
+    assert list(found) == ["unit"] and not found["unit"].ok, found
+    assert "systemctl daemon-reload" in found["unit"].message
+    assert set(checks(make_unit(tmp_path, NeedDaemonReload="no"))) >= {"command", "overrides"}
+
+
 def make_venv(tmp_path: Path, version: str = "0.5.23", python_text: str = "#!/bin/sh\nexit 0\n") -> str:
     """A venv as its files say it is: bin/python, pyvenv.cfg, one site-packages with sglang's
     dist-info. Returns the python's path."""

@@ -112,3 +112,8 @@ def test_a_specifier_in_the_unit_s_pythonpath_reaches_the_drop_in_as_a_specifier
         pythonpath
     )
     assert 'Environment="X=100%%"' in text
+
+
+def test_exec_dollar_expansion_splits_a_lone_variable_and_keeps_braces_whole():
+    words = ["$A", "${A}", "x${A}y", "$$A", "$UNSET", "${UNSET}"]
+    assert unit_env.expand_exec_words(words, {"A": "p  q"}) == ["p", "q", "p  q", "xp  qy", "$A", ""]
