@@ -44,6 +44,10 @@ LOCK = "plugins/module_utils/_lock.py"
 LOCK_TESTS = "tests/roles/test_lock.py"
 HISTORY = "plugins/module_utils/_history.py"
 HISTORY_TESTS = "tests/roles/test_history.py"
+PREFLIGHT = "plugins/module_utils/_preflight.py"
+PREFLIGHT_TESTS = "tests/roles/test_preflight.py"
+PATH_SAFETY = "plugins/module_utils/_path_safety.py"
+UNIT_ENV = "plugins/module_utils/_unit_env.py"
 # Untracked links into /work/main in a worktree: never copied (the run uses this venv's pytest).
 SKIP_TOP = {".venv", ".cache", ".git"}
 
@@ -288,6 +292,63 @@ MUTANTS = (
         "with open(os.devnull):",
         (HISTORY_TESTS, "-k", "concurrent"),
         "history writers do not lock the read-modify-write (concurrent writers lose entries)",
+    ),
+    Mutant(
+        "root-path-not-root-owned",
+        PATH_SAFETY,
+        "unsafe_reason",
+        r"if st\.st_uid != 0:",
+        "if False:",
+        (PREFLIGHT_TESTS, "-k", "refuses_a_path_another_user_can_write"),
+        "a root unit's probe imports from a path owned by another user",
+    ),
+    Mutant(
+        "root-path-writable",
+        PATH_SAFETY,
+        "unsafe_reason",
+        r"if writable and not sticky_parent:",
+        "if False:",
+        (PREFLIGHT_TESTS, "-k", "refuses_a_path_another_user_can_write"),
+        "a root unit's probe imports from a group- or world-writable path",
+    ),
+    Mutant(
+        "venv-any-distribution-name",
+        "plugins/module_utils/_venv.py",
+        "installed_version",
+        r'name\.lower\(\)\.replace\("_", "-"\) != distribution or ',
+        "",
+        (PREFLIGHT_TESTS, "-k", "ambiguous_venv"),
+        "the version check takes the Version: of a dist-info whose METADATA names another distribution",
+    ),
+    Mutant(
+        "probe-ignores-user",
+        PREFLIGHT,
+        "probe_argv",
+        r'argv \+= \["-p", f"User=\{user\}"\]',
+        "pass",
+        (f"{PREFLIGHT_TESTS}::test_the_probe_runs_as_the_unit_s_user_group_cwd_and_environment",),
+        "the preflight probe runs as root although the unit has a User=",
+    ),
+    Mutant(
+        "unit-comment-in-continuation",
+        UNIT_ENV,
+        "service_settings",
+        r'if line\.startswith\(\("#", ";"\)\):',
+        'if not pending and line.startswith(("#", ";")):',
+        ("tests/roles/test_unit_corpus.py", "-k", "comment_in_continuation"),
+        "a comment line inside a continued ExecStart= becomes part of the command line",
+    ),
+    Mutant(
+        "unit-dollar-word-not-split",
+        UNIT_ENV,
+        "expand_exec_words",
+        r'out\.extend\(env\.get\(word\[1:\], ""\)\.split\(\)\)',
+        'out.append(env.get(word[1:], ""))',
+        (
+            "tests/roles/test_unit_env.py::test_exec_dollar_expansion_splits_a_lone_variable_and_keeps_braces_whole",
+            f"{PREFLIGHT_TESTS}::test_a_dollar_word_becomes_the_value_s_words_and_braces_keep_one_word",
+        ),
+        "a lone $VAR in ExecStart= stays one word instead of the value's words",
     ),
 )
 

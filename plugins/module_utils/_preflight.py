@@ -12,26 +12,38 @@ Checks (names are stable; kdtree_service_preflight_skip takes them):
     backend      --attention-backend is the one the patch serves (or absent where it is the default)
     stderr       stderr reaches the journal (the smoke check reads the markers there)
     overrides    no later drop-in, EnvironmentFile= or UnsetEnvironment= overrides a variable kdtree sets
-    sglang       the venv's SGLang version is one the patch supports
-    probe        `python -m kdtree_verify.probe` in the unit's merged environment: a spawned child is patched
+    sglang       the venv's SGLang version is one the patch supports (read from its dist-info METADATA:
+                 the deploy runs as root and never runs the unit's Python to ask)
+    probe        `python -m kdtree_verify.probe` as systemd would start the unit (systemd-run with its
+                 User=, Group=, WorkingDirectory= and merged environment): a spawned child is patched.
+                 A unit without User= runs as root, and so would the probe: then the interpreter, the
+                 venv, its .pth files, the working directory and every PYTHONPATH entry must be owned
+                 by root and writable by nobody else, or the probe refuses naming the path.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
-import re
-import shlex
 import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import _patch_files as patch_files
+from ansible_collections.kdtree.fleet.plugins.module_utils import _path_safety as path_safety
+from ansible_collections.kdtree.fleet.plugins.module_utils import _venv as venv
 from ansible_collections.kdtree.fleet.plugins.module_utils._unit_env import (
     Setting,
     UnitEnvironment,
+    UnitSyntaxError,
+    UnknownSpecifier,
     apply_settings,
+    expand_exec_words,
+    resolve_specifiers,
     service_settings,
+    specifier_context,
+    split_words,
     systemctl_show,
 )
 
@@ -41,6 +53,23 @@ JOURNAL_OUTPUTS = ("journal", "journal+console", "kmsg", "kmsg+console")
 # systemd's ExecStart prefixes (systemd.service "Table 1")
 EXEC_PREFIXES = "-@:+!|"
 LAUNCHERS = ("sglang.launch_server",)
+# what the preflight asks systemd about the unit (systemd's own answer wins over re-reading files)
+SHOW_PROPS = (
+    "FragmentPath",
+    "DropInPaths",
+    "StandardOutput",
+    "StandardError",
+    "WorkingDirectory",
+    "User",
+    "Group",
+    "DynamicUser",
+    "NeedDaemonReload",
+    "EnvironmentFiles",
+)
+SYSTEMD_RUN = "systemd-run"
+# env(1) options that clear the environment, and those that take an argument
+ENV_CLEARS = ("-i", "--ignore-environment", "-")
+ENV_ARG_OPTIONS = ("-u", "--unset", "-C", "--chdir", "-S", "--split-string")
 
 
 @dataclass
@@ -69,9 +98,7 @@ class Unit:
 
 def read_unit(unit: str, ours: str) -> Unit:
     """systemctl show + the files it names (kdtree's own drop-in is left out of `settings`)."""
-    show = systemctl_show(
-        unit, "FragmentPath", "DropInPaths", "StandardOutput", "StandardError", "WorkingDirectory"
-    )
+    show = systemctl_show(unit, *SHOW_PROPS)
     fragment = show.get("FragmentPath", "")
     dropins = show.get("DropInPaths", "").split()
     result = Unit(unit, fragment, dropins, show=show, ours=ours)
@@ -88,15 +115,18 @@ def later_than_ours(unit: Unit, path: str) -> bool:
     return path != unit.fragment and os.path.basename(path) > unit.ours
 
 
-def exec_start(settings: list[Setting]) -> tuple[list[str], Setting | None]:
-    """The effective ExecStart argv (after `ExecStart=` resets) and the line that set it."""
+def exec_start(settings: list[Setting], unit_name: str = "") -> tuple[list[str], Setting | None]:
+    """The effective ExecStart argv (after `ExecStart=` resets; specifiers resolved as systemd does,
+    $VARIABLES left for expand_exec_words) and the line that set it. Raises UnitSyntaxError or
+    UnknownSpecifier for a line kdtree cannot read as systemd would."""
     current: Setting | None = None
     for s in settings:
         if s.key == "ExecStart":
             current = s if s.value else None
     if current is None:
         return [], None
-    argv = shlex.split(current.value.replace("%%", "%"), posix=True)
+    context = specifier_context(unit_name or "unit.service")
+    argv = [resolve_specifiers(word, context) for word in split_words(current.value)]
     if argv:
         prefixes = argv[0][: len(argv[0]) - len(argv[0].lstrip(EXEC_PREFIXES))]
         argv[0] = argv[0][len(prefixes) :]
@@ -138,7 +168,7 @@ def shebang(path: str) -> list[str]:
     try:
         with open(path, "rb") as handle:
             first = handle.readline(512)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the path
         return []
     if not first.startswith(b"#!"):
         return []
@@ -156,6 +186,11 @@ class Launch:
     flags: set[str] = field(default_factory=set)
     launcher: str = ""
     args: list[str] = field(default_factory=list)
+    # what an env(1) wrapper does to the environment: clears it, unsets or sets names
+    env_clears: bool = False
+    env_unsets: list[str] = field(default_factory=list)
+    env_sets: dict[str, str] = field(default_factory=dict)
+    env_unknown: str = ""  # an env option kdtree does not know (the launch cannot be judged)
 
     def option(self, *names: str) -> str | None:
         value = None
@@ -173,6 +208,28 @@ def parse_launch(argv: list[str]) -> Launch:
     if len(argv) > 1 and os.path.basename(argv[0]) == "env":  # /usr/bin/env [-opts] [NAME=value] python3 ...
         i = 1
         while i < len(argv) and (argv[i].startswith("-") or "=" in argv[i]):
+            arg = argv[i]
+            if arg in ENV_CLEARS:
+                launch.env_clears, launch.env_sets = True, {}
+            elif arg in ENV_ARG_OPTIONS and i + 1 < len(argv):
+                if arg in ("-u", "--unset"):
+                    launch.env_unsets.append(argv[i + 1])
+                elif arg in ("-S", "--split-string"):
+                    launch.env_unknown = arg
+                i += 1
+            elif arg.startswith("--unset="):
+                launch.env_unsets.append(arg.split("=", 1)[1])
+            elif arg.startswith("-u") and len(arg) > 2:
+                launch.env_unsets.append(arg[2:])
+            elif arg.startswith("-"):
+                if arg not in ("-0", "--null", "-v", "--debug", "--"):
+                    launch.env_unknown = arg
+                if arg == "--":
+                    i += 1
+                    break
+            else:
+                name, _, value = arg.partition("=")
+                launch.env_sets[name] = value
             i += 1
         argv = argv[i:]
     if not argv:
@@ -227,6 +284,20 @@ def check_command(launch: Launch, line: Setting | None, replaced: bool) -> Check
 
 
 def check_interpreter(launch: Launch, line: Setting | None) -> Check:
+    if launch.env_clears or launch.env_unknown:
+        what = (
+            "`env -i` clears the environment"
+            if launch.env_clears
+            else f"env option {launch.env_unknown} is not one kdtree can follow"
+        )
+        return Check(
+            "interpreter",
+            False,
+            f"ExecStart starts python through env(1), and {what}: PYTHONPATH and kdtree's variables "
+            "would never reach python and the patch would never load; start python directly (set "
+            "variables with Environment=).",
+            _where(line),
+        )
     bad = sorted(launch.flags & {"I", "E", "S"})
     if bad:
         what = {
@@ -292,10 +363,20 @@ def check_stderr(unit: Unit) -> Check:
     )
 
 
-def env_file_entries(spec: str) -> tuple[str, list[tuple[int, str, str]]]:
-    """(path, [(line, name, value)]) of an EnvironmentFile= entry ("-" prefix: optional; a file that
-    cannot be read has no entries). Comments and lines without "=" are skipped."""
-    path = spec.lstrip("-")
+def environment_file_paths(spec: str, unit_name: str) -> list[str]:
+    """The files an EnvironmentFile= entry names, as systemd reads them: the "-" prefix dropped,
+    specifiers resolved, a glob expanded in sorted order (systemd.exec(5))."""
+    path = resolve_specifiers(spec.removeprefix("-"), specifier_context(unit_name or "unit.service"))
+    if glob.has_magic(path):
+        return sorted(glob.glob(path))
+    return [path]
+
+
+def env_file_entries(path: str) -> tuple[str, list[tuple[int, str, str]]]:
+    """(path, [(line, name, value)]) of one environment file (a file that cannot be read has no
+    entries: systemd refuses to start then unless "-", which the smoke check sees). Comments and lines
+    without "=" are skipped."""
+    path = path.removeprefix("-")
     entries: list[tuple[int, str, str]] = []
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
@@ -304,18 +385,24 @@ def env_file_entries(spec: str) -> tuple[str, list[tuple[int, str, str]]]:
                 if line and not line.startswith(("#", ";")) and "=" in line:
                     name, _, value = line.partition("=")
                     entries.append((number, name.strip(), value.strip()))
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the path
         pass
     return path, entries
 
 
-def env_file_assignments(spec: str) -> tuple[str, dict[str, int]]:
-    """(path, {NAME: line}) of an EnvironmentFile= entry; an `export ` prefix is not part of the name."""
-    path, entries = env_file_entries(spec)
+def env_file_assignments(path: str) -> tuple[str, dict[str, int]]:
+    """(path, {NAME: line}) of one environment file; an `export ` prefix is not part of the name."""
+    path, entries = env_file_entries(path)
     return path, {name.removeprefix("export ").strip(): number for number, name, _ in entries}
 
 
-def check_overrides(unit: Unit, managed: list[str], env_file: str = "") -> Check:
+def check_overrides(
+    unit: Unit,
+    managed: list[str],
+    env_file: str = "",
+    launch: Launch | None = None,
+    line: Setting | None = None,
+) -> Check:
     """What would override kdtree's variables (systemd.exec): Environment= in a later drop-in (an empty
     one clears all), UnsetEnvironment= in any file (applied last), EnvironmentFile= anywhere (its values
     win over Environment=), and an empty EnvironmentFile= in a later drop-in (resets kdtree's `env_file`)."""
@@ -325,7 +412,11 @@ def check_overrides(unit: Unit, managed: list[str], env_file: str = "") -> Check
         names: list[str] = []
         later = later_than_ours(unit, s.path)
         if (s.key == "Environment" and later) or s.key == "UnsetEnvironment":
-            for word in shlex.split(s.value, posix=True) if s.value else []:
+            try:
+                words = split_words(s.value)
+            except UnitSyntaxError:
+                words = []  # systemd ignores the line: it overrides nothing
+            for word in words:
                 names.append(word.split("=", 1)[0])
             if s.key == "Environment" and not s.value:
                 names = sorted(wanted)  # an empty Environment= clears ours too
@@ -336,9 +427,21 @@ def check_overrides(unit: Unit, managed: list[str], env_file: str = "") -> Check
         if s.key == "EnvironmentFile" and not s.value and later and env_file:
             found.append(f"{s.path}:{s.line} an empty EnvironmentFile= drops kdtree's {env_file}")
         if s.key == "EnvironmentFile" and s.value:
-            path, assigned = env_file_assignments(s.value)
-            for name in sorted(wanted & set(assigned)):
-                found.append(f"{path}:{assigned[name]} (EnvironmentFile= at {s.path}:{s.line}) sets {name}")
+            try:
+                files = environment_file_paths(s.value, unit.name)
+            except UnknownSpecifier as exc:
+                found.append(f"{s.path}:{s.line} EnvironmentFile= cannot be read as systemd does ({exc})")
+                files = []
+            for file in files:
+                path, assigned = env_file_assignments(file)
+                for name in sorted(wanted & set(assigned)):
+                    where = f"EnvironmentFile= at {s.path}:{s.line}"
+                    found.append(f"{path}:{assigned[name]} ({where}) sets {name}")
+    if launch is not None:
+        for name in sorted(wanted & set(launch.env_unsets)):
+            found.append(f"{_where(line) or 'ExecStart'} env -u {name} unsets {name}")
+        for name in sorted(wanted & set(launch.env_sets)):
+            found.append(f"{_where(line) or 'ExecStart'} env {name}=... sets {name}")
     if found:
         return Check(
             "overrides",
@@ -354,37 +457,27 @@ def check_overrides(unit: Unit, managed: list[str], env_file: str = "") -> Check
 
 
 def unit_environment(unit: Unit) -> dict[str, str]:
-    """The variables the unit's files and EnvironmentFile= entries give the service (no kdtree);
-    EnvironmentFile= values win over Environment= ones, as in systemd."""
+    """The variables the unit's files and EnvironmentFile= entries give the service (no kdtree),
+    specifiers resolved; EnvironmentFile= values win over Environment= ones, as in systemd. Raises
+    UnknownSpecifier for a value kdtree cannot resolve."""
     merged = UnitEnvironment()
     apply_settings(merged, unit.settings)
-    env = dict(merged.environment)
+    context = specifier_context(unit.name or "unit.service")
+    env = {name: resolve_specifiers(value, context) for name, value in merged.environment.items()}
     for spec in merged.environment_files:
-        for _, name, value in env_file_entries(spec)[1]:
-            env[name] = value.strip("\"'")
+        for file in environment_file_paths(spec, unit.name):
+            for _, name, value in env_file_entries(file)[1]:
+                env[name.removeprefix("export ").strip()] = value.strip("\"'")
     return env
 
 
-def check_sglang(python: str, supported: tuple[str, ...], timeout_s: float) -> Check:
-    code = "import importlib.metadata as m; print(m.version('sglang'))"
+def check_sglang(python: str, supported: tuple[str, ...]) -> Check:
+    """The venv's SGLang version from its dist-info METADATA: no Python runs (the deploy is root, and
+    the venv may be writable by the unit's user)."""
     try:
-        proc = subprocess.run(
-            [python, "-I", "-c", code],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env={"PATH": "/usr/bin:/bin"},
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return Check("sglang", False, f"cannot ask {python} for its SGLang version: {exc}")
-    version = proc.stdout.strip()
-    if proc.returncode != 0 or not version:
-        tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
-        return Check(
-            "sglang",
-            False,
-            f"{python} has no installed sglang distribution ({tail}); install SGLang in that venv.",
-        )
+        version = venv.installed_version(venv.venv_of(python), "sglang")
+    except venv.VenvError as exc:
+        return Check("sglang", False, f"cannot read the SGLang version of {python}: {exc}.")
     # a local build label (PEP 440 "+...", e.g. a distro rebuild) keeps the release it was built from
     if version.split("+", 1)[0] not in supported:
         return Check(
@@ -397,16 +490,99 @@ def check_sglang(python: str, supported: tuple[str, ...], timeout_s: float) -> C
     return Check("sglang", True, f"sglang {version}")
 
 
+def probe_root_paths(python: str, env: dict[str, str], cwd: str) -> list[str]:
+    """What a probe run as root would run or import from: the interpreter, its venv (pyvenv.cfg, the
+    base interpreter's home, site-packages, every .pth file and the directories they add), the working
+    directory and every PYTHONPATH entry. Raises venv.VenvError when the venv cannot be read."""
+    found = venv.venv_of(python)
+    paths = [python, os.path.join(found.root, "pyvenv.cfg"), found.site_packages]
+    if found.home:
+        paths.append(found.home)
+    paths += venv.pth_paths(found)
+    paths.append(working_directory(cwd, ""))
+    paths += [entry for entry in env.get("PYTHONPATH", "").split(":") if entry]
+    return paths
+
+
+def working_directory(value: str, user: str) -> str:
+    """systemd's WorkingDirectory= ("-" prefix, "!" in systemctl show: optional; "~": the User='s home;
+    empty: /)."""
+    value = value.removeprefix("-").removeprefix("!")
+    if value == "~":
+        import pwd
+
+        try:
+            return pwd.getpwnam(user).pw_dir if user else pwd.getpwuid(0).pw_dir
+        except KeyError:
+            return "/"
+    return value or "/"
+
+
+def probe_argv(
+    python: str, env: dict[str, str], cwd: str, timeout_s: float, user: str = "", group: str = ""
+) -> list[str]:
+    """The probe as systemd would start the unit's python: a transient service with the unit's User=,
+    Group=, WorkingDirectory= and environment (systemd-run; its manager adds PATH as for the unit)."""
+    argv = [SYSTEMD_RUN, "--pipe", "--wait", "--quiet", "--collect", "--service-type=exec"]
+    argv += ["-p", f"RuntimeMaxSec={max(10, int(timeout_s))}"]
+    if user:
+        argv += ["-p", f"User={user}"]
+    if group:
+        argv += ["-p", f"Group={group}"]
+    if cwd:
+        # systemctl show writes an optional directory as "!/path"; the unit file's syntax is "-/path"
+        argv += ["-p", f"WorkingDirectory=-{cwd[1:]}" if cwd.startswith("!") else f"WorkingDirectory={cwd}"]
+    for name, value in env.items():
+        argv += ["-E", f"{name}={value}"]
+    budget = str(max(10, int(timeout_s) - 10))
+    return [*argv, "--", python, "-m", "kdtree_verify.probe", "--json", "--timeout", budget]
+
+
 def check_probe(
-    python: str, env: dict[str, str], cwd: str, timeout_s: float, library_pending: str = ""
+    python: str,
+    env: dict[str, str],
+    cwd: str,
+    timeout_s: float,
+    library_pending: str = "",
+    *,
+    user: str = "",
+    group: str = "",
+    dynamic_user: bool = False,
 ) -> Check:
-    """Run the probe with `env`. `library_pending`: the reason a child reports when KDTREE_LIB is
+    """Run the probe with `env` as the unit's `user`/`group` in `cwd` (see probe_argv). With no user the
+    unit, and so the probe, runs as root: every path it runs or imports from must be root's alone
+    (probe_root_paths) or it refuses. `library_pending`: the reason a child reports when KDTREE_LIB is
     empty (target.NO_LIBRARY_REASON); set when the library is not built yet (env has KDTREE_LIB empty),
     and then a child patched up to the library passes."""
-    argv = [python, "-m", "kdtree_verify.probe", "--json", "--timeout", str(max(10, int(timeout_s) - 10))]
+    if dynamic_user:
+        return Check(
+            "probe",
+            False,
+            "the unit runs with DynamicUser=yes: its user exists only while it runs, so kdtree cannot run "
+            "the probe as that user; skip it with kdtree_service_preflight_skip: [probe] (the smoke "
+            "check still proves every scheduler is patched) or give the unit a User=.",
+        )
+    if not user or user in ("root", "0"):
+        try:
+            reason = path_safety.first_unsafe(probe_root_paths(python, env, cwd))
+        except venv.VenvError as exc:
+            reason = str(exc)
+        if reason:
+            return Check(
+                "probe",
+                False,
+                f"the unit runs as root (no User=), and so would the probe, but {reason}: a user who can "
+                "write there could run code as root. Make it owned by root and not group/world-writable, "
+                "or give the unit a User= (the probe then runs as that user).",
+            )
+    argv = probe_argv(python, env, cwd, timeout_s, user, group)
     try:
         proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=cwd or "/"
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s + 5,
+            env={"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
         )
     except subprocess.TimeoutExpired:
         return Check("probe", False, f"the probe did not finish within {timeout_s:.0f} s")
@@ -461,12 +637,29 @@ def run_checks(
 ) -> list[Check]:
     """Every check not in `skip`, in CHECKS order; `probe_env` None skips the probe. `library_pending`:
     see check_probe."""
-    argv, line = exec_start(unit.settings)
+    checks: list[Check] = []
+    if unit.show.get("NeedDaemonReload") == "yes":
+        return [
+            Check(
+                "unit",
+                False,
+                f"{unit.name}'s files changed since systemd last read them (NeedDaemonReload=yes): what "
+                "runs is not what the files say; run `systemctl daemon-reload` (and restart the unit if "
+                "its change is wanted), then deploy again.",
+                unit.fragment,
+            )
+        ]
+    try:
+        argv, line = exec_start(unit.settings, unit.name)
+        env = unit_environment(unit)
+    except (UnitSyntaxError, UnknownSpecifier) as exc:
+        return [Check("command", False, f"kdtree cannot read the unit as systemd does: {exc}.")]
     replaced = bool(exec_start_override)
     if replaced:
         argv, line = exec_start_override, None
+    else:
+        argv = expand_exec_words(argv, env)
     launch = parse_launch(argv)
-    checks: list[Check] = []
     todo = [c for c in CHECKS if c not in skip]
     if "command" in todo:
         checks.append(check_command(launch, line, replaced))
@@ -488,25 +681,32 @@ def run_checks(
     if "stderr" in todo:
         checks.append(check_stderr(unit))
     if "overrides" in todo:
-        checks.append(check_overrides(unit, managed_vars, env_file))
+        checks.append(check_overrides(unit, managed_vars, env_file, launch, line))
     python = launch.python
     if "sglang" in todo and python:
-        checks.append(check_sglang(python, supported_versions, timeout_s))
+        checks.append(check_sglang(python, supported_versions))
     if "probe" in todo and python and probe_env is not None and all(c.ok for c in checks):
-        env = {
-            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            **unit_environment(unit),
-            **probe_env,
-        }
+        context = specifier_context(unit.name or "unit.service")
+        try:
+            # kdtree's PYTHONPATH keeps the unit's own in unit syntax (specifiers as written)
+            probe = {
+                k: resolve_specifiers(v, context) if k == "PYTHONPATH" else v for k, v in probe_env.items()
+            }
+        except UnknownSpecifier as exc:
+            return [*checks, Check("probe", False, f"kdtree cannot read the unit as systemd does: {exc}.")]
         checks.append(
-            check_probe(python, env, unit.show.get("WorkingDirectory", ""), timeout_s, library_pending)
+            check_probe(
+                python,
+                {**env, **launch.env_sets, **probe},
+                unit.show.get("WorkingDirectory", ""),
+                timeout_s,
+                library_pending,
+                user=unit.show.get("User", ""),
+                group=unit.show.get("Group", ""),
+                dynamic_user=unit.show.get("DynamicUser") == "yes",
+            )
         )
     return checks
-
-
-def _expand(value: str, env: dict[str, str]) -> str:
-    """systemd's $NAME / ${NAME} in ExecStart, from the unit's environment."""
-    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: env.get(m.group(1) or m.group(2), m.group(0)), value)
 
 
 def launch_facts(unit: Unit, exec_start_override: list[str]) -> dict[str, Any]:
@@ -518,10 +718,14 @@ def launch_facts(unit: Unit, exec_start_override: list[str]) -> dict[str, Any]:
     Sizes that do not parse are named in `unparsed` (the preflight refuses them) instead of being
     taken as 1. The argv itself is not returned: an operator's command line may hold secrets (--api-key).
     """
-    argv, _ = exec_start(unit.settings)
-    env = unit_environment(unit)
-    launch = parse_launch([_expand(a, env) for a in (exec_start_override or argv)])
     unparsed: list[str] = []
+    try:
+        argv, _ = exec_start(unit.settings, unit.name)
+        argv = exec_start_override or expand_exec_words(argv, unit_environment(unit))
+    except (UnitSyntaxError, UnknownSpecifier) as exc:
+        argv = exec_start_override
+        unparsed.append(f"ExecStart ({exc})")
+    launch = parse_launch(argv)
 
     def size(*names: str) -> int:
         value = launch.option(*names)

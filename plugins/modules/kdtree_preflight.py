@@ -21,9 +21,13 @@ description:
   - V(overrides) no drop-in sorting after kdtree's, no C(EnvironmentFile=) and no C(UnsetEnvironment=)
     (in any file; systemd applies it last) overrides a variable kdtree sets.
   - V(sglang) the venv's installed SGLang version is one the patch supports (the installed patch's
-    C(kdtree_verify/target.py) says which).
-  - V(probe) C(python -m kdtree_verify.probe) run with the unit's merged environment plus
-    O(probe_env) says a spawned child would be patched (runs only when every other check passed). When
+    C(kdtree_verify/target.py) says which); read from the venv's C(sglang-*.dist-info/METADATA), the
+    unit's python is never run for it.
+  - V(probe) C(python -m kdtree_verify.probe) run through C(systemd-run) as the unit's C(User=) and
+    C(Group=), in its C(WorkingDirectory=), with the unit's merged environment plus O(probe_env), says a
+    spawned child would be patched (runs only when every other check passed). A unit without C(User=)
+    runs as root, and so would the probe; it refuses unless the interpreter, the venv, its .pth files,
+    the working directory and every PYTHONPATH entry are root's alone; C(DynamicUser=yes) is refused. When
     the library in O(probe_env)'s C(KDTREE_LIB) does not exist yet (the deploy builds it after the
     preflight), the probe runs without it and accepts a child patched up to the library (state
     fallback with target.py's C(NO_LIBRARY_REASON)).
@@ -64,7 +68,7 @@ options:
     choices: [command, interpreter, backend, stderr, overrides, sglang, probe]
     default: []
   timeout_s:
-    description: Bound, in seconds, of each command the checks run (systemctl, the venv's python, the probe).
+    description: Bound, in seconds, of each command the checks run (systemctl, the probe).
     type: int
     required: true
   secret_env_file:

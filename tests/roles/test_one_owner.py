@@ -80,7 +80,8 @@ FACTS = {
     "scheduler process title": (r"sglang::scheduler", "plugins/module_utils/_smoke_host.py"),
     "patch install root": (r"/opt/kdtree/patches", "roles/kdtree_patch/defaults/main.yml"),
     "deploy history file": (r"/var/lib/kdtree/state\.json", "plugins/module_utils/_history.py"),
-    "secret environment directory": (r"/etc/kdtree\b", "roles/kdtree_service/defaults/main.yml"),
+    # /etc/kdtree itself, not a neighbour such as the unit corpus recorder's /etc/kdtree-corpus
+    "secret environment directory": (r"/etc/kdtree(?![\w-])", "roles/kdtree_service/defaults/main.yml"),
 }
 # Test-host tooling allowed to spell a fact out: the test double's own stock unit and its installer
 # (the operator's side of a test host, not kdtree), and the demo's host reader, which builds the

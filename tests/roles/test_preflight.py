@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -228,8 +229,8 @@ def test_the_scheduler_count_follows_the_whole_launch_configuration(tmp_path, ar
 
 
 def test_a_size_that_does_not_parse_is_refused_not_taken_as_one(tmp_path):
-    unit = make_unit(tmp_path, STOCK.replace("--tp-size 8", "--tp-size $UNSET"))
-    assert preflight.launch_facts(unit, [])["unparsed"] == ["--tp-size $UNSET"]
+    unit = make_unit(tmp_path, STOCK.replace("--tp-size 8", "--tp-size eight"))
+    assert preflight.launch_facts(unit, [])["unparsed"] == ["--tp-size eight"]
     found = preflight.run_checks(
         unit,
         managed_vars=MANAGED,
@@ -241,7 +242,7 @@ def test_a_size_that_does_not_parse_is_refused_not_taken_as_one(tmp_path):
         skip=["sglang"],
         timeout_s=5,
     )
-    assert [c.ok for c in found if "cannot read --tp-size $UNSET" in c.message] == [False]
+    assert [c.ok for c in found if "cannot read --tp-size eight" in c.message] == [False]
 
 
 def test_the_port_is_read_or_left_to_sglang(tmp_path):
@@ -272,9 +273,69 @@ def test_the_unit_environment_for_the_probe_lets_environment_files_win(tmp_path)
     assert preflight.unit_environment(unit) == {"HF_HUB_OFFLINE": "0"}
 
 
-def _fake_python(tmp_path: Path, version: str) -> str:
-    python = tmp_path / "python3"
-    python.write_text(f"#!/bin/sh\necho {version}\n", encoding="utf-8")
+def test_an_environment_file_glob_and_specifier_are_read_as_systemd_reads_them(tmp_path):
+    """systemd.exec(5): EnvironmentFile= resolves specifiers and reads a glob's files in sorted order
+    (before, the path was opened as written: `%N/*.env` named no file and its KDTREE_VERIFY=off hid)."""
+    conf = tmp_path / "conf" / "sglang"
+    conf.mkdir(parents=True)
+    (conf / "10-a.env").write_text("A=1\nKDTREE_VERIFY=off\n", encoding="utf-8")
+    (conf / "20-b.env").write_text("A=2\n", encoding="utf-8")
+    spec = f"-{tmp_path}/conf/%N/*.env"
+    unit = make_unit(tmp_path, STOCK.replace("[Service]\n", f"[Service]\nEnvironmentFile={spec}\n"))
+    assert preflight.unit_environment(unit)["A"] == "2"
+    check = checks(unit)["overrides"]
+    assert not check.ok and f"{conf}/10-a.env:2 (EnvironmentFile= at" in check.message, check.message
+
+
+def test_a_dollar_word_becomes_the_value_s_words_and_braces_keep_one_word(tmp_path):
+    """systemd.service(5) "Command lines": `$ARGS` alone is split at whitespace, `${MODEL}` is one word
+    (before, `$ARGS` stayed one word and the launch's --tp-size and --port were never read)."""
+    stock = (
+        '[Service]\nEnvironment="ARGS=--tp-size 2 --port 31000" "MODEL=/models/a b"\n'
+        "ExecStart=/opt/sglang/venv/bin/python -m sglang.launch_server $ARGS --model-path ${MODEL}\n"
+    )
+    facts = preflight.launch_facts(make_unit(tmp_path, stock), [])
+    assert (facts["port"], facts["schedulers"], facts["unparsed"]) == (31000, 2, [])
+
+
+@pytest.mark.parametrize(
+    ("wrapper", "name", "wanted"),
+    [
+        ("env -i", "interpreter", "`env -i` clears the environment"),
+        ("env --ignore-environment", "interpreter", "`env -i` clears the environment"),
+        ("env --block-signal", "interpreter", "env option --block-signal is not one kdtree can follow"),
+        ("env -u KDTREE_VERIFY", "overrides", "env -u KDTREE_VERIFY unsets KDTREE_VERIFY"),
+        ("env KDTREE_LIB=/x", "overrides", "env KDTREE_LIB=... sets KDTREE_LIB"),
+    ],
+)
+def test_an_env_wrapper_that_drops_or_changes_our_variables_is_refused(tmp_path, wrapper, name, wanted):
+    """`env -i python ...` starts python with an empty environment: PYTHONPATH never reaches it, the
+    patch never loads (before, env was looked through and the unit passed)."""
+    unit = make_unit(tmp_path, STOCK.replace("ExecStart=", f"ExecStart=/usr/bin/{wrapper} "))
+    check = checks(unit)[name]
+    assert not check.ok and wanted in check.message, check.message
+
+
+def test_a_unit_whose_files_changed_since_the_last_daemon_reload_is_refused_before_any_check(tmp_path):
+    """NeedDaemonReload=yes: systemd runs what it read before, not what the files now say."""
+    found = checks(make_unit(tmp_path, NeedDaemonReload="yes"))
+    assert list(found) == ["unit"] and not found["unit"].ok, found
+    assert "systemctl daemon-reload" in found["unit"].message
+    assert set(checks(make_unit(tmp_path, NeedDaemonReload="no"))) >= {"command", "overrides"}
+
+
+def make_venv(tmp_path: Path, version: str = "0.5.23", python_text: str = "#!/bin/sh\nexit 0\n") -> str:
+    """A venv as its files say it is: bin/python, pyvenv.cfg, one site-packages with sglang's
+    dist-info. Returns the python's path."""
+    root = tmp_path / "venv"
+    (root / "bin").mkdir(parents=True, exist_ok=True)
+    (root / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = false\n")
+    site = root / "lib/python3.11/site-packages"
+    info = site / f"sglang-{version}.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n\nbody\n")
+    python = root / "bin/python3"
+    python.write_text(python_text, encoding="utf-8")
     python.chmod(0o755)
     return str(python)
 
@@ -283,20 +344,82 @@ def _fake_python(tmp_path: Path, version: str) -> str:
     ("version", "ok"), [("0.5.23", True), ("0.5.23+testdouble", True), ("0.5.22", False)]
 )
 def test_the_sglang_version_must_be_supported(tmp_path, version, ok):
-    check = preflight.check_sglang(_fake_python(tmp_path, version), ("0.5.23",), 5)
+    check = preflight.check_sglang(make_venv(tmp_path, version), ("0.5.23",))
     assert check.ok is ok
     if not ok:
         assert "has sglang 0.5.22; this patch supports 0.5.23 only" in check.message
 
 
+def test_the_sglang_version_is_read_without_running_the_venv_s_python(tmp_path):
+    """The deploy is root: the version comes from the dist-info, the python never runs."""
+    ran = tmp_path / "ran"
+    python = make_venv(tmp_path, "0.5.23", f"#!/bin/sh\ntouch {ran}\necho 0.5.23\n")
+    assert preflight.check_sglang(python, ("0.5.23",)).ok
+    assert not ran.exists()
+
+
+@pytest.mark.parametrize(
+    ("breakage", "wanted"),
+    [
+        ("no-cfg", "is not a venv's interpreter"),
+        ("two-sites", "not exactly one"),
+        ("two-infos", "sglang-*.dist-info"),
+        ("no-info", "0 sglang-*.dist-info"),
+        ("other-name", "not a sglang release"),
+    ],
+)
+def test_an_ambiguous_venv_is_refused_clearly(tmp_path, breakage, wanted):
+    python = make_venv(tmp_path)
+    root = tmp_path / "venv"
+    site = root / "lib/python3.11/site-packages"
+    if breakage == "no-cfg":
+        (root / "pyvenv.cfg").unlink()
+    elif breakage == "two-sites":
+        (root / "lib/python3.12/site-packages").mkdir(parents=True)
+    elif breakage == "two-infos":
+        (site / "sglang-0.5.22.dist-info").mkdir()
+    elif breakage == "no-info":
+        (site / "sglang-0.5.23.dist-info/METADATA").unlink()
+        (site / "sglang-0.5.23.dist-info").rmdir()
+    elif breakage == "other-name":
+        (site / "sglang-0.5.23.dist-info/METADATA").write_text("Name: sglang-router\nVersion: 0.5.23\n")
+    check = preflight.check_sglang(python, ("0.5.23",))
+    assert not check.ok and wanted in check.message, check.message
+
+
+FAKE_SYSTEMD_RUN = """#!/bin/sh
+# systemd-run as the probe uses it: options, then -- and the command; -E sets a variable, -p
+# WorkingDirectory= the cwd. Logs its arguments, one a line.
+printf '%s\\n' "$@" > "$(dirname "$0")/systemd-run.args"
+env_args=""
+while [ "$1" != "--" ]; do
+  case "$1" in
+    -E) export "$2"; shift 2 ;;
+    -p) case "$2" in WorkingDirectory=*) cd "${2#WorkingDirectory=}" ;; esac; shift 2 ;;
+    *) shift ;;
+  esac
+done
+shift
+exec "$@"
+"""
+
+
+@pytest.fixture
+def systemd_run(tmp_path, monkeypatch) -> Path:
+    """A stand-in for systemd-run (the tests do not run under systemd); returns its argument log."""
+    tool = tmp_path / "bin-tools/systemd-run"
+    tool.parent.mkdir()
+    tool.write_text(FAKE_SYSTEMD_RUN, encoding="utf-8")
+    tool.chmod(0o755)
+    monkeypatch.setattr(preflight, "SYSTEMD_RUN", str(tool))
+    return tool.parent / "systemd-run.args"
+
+
 def _fake_probe(tmp_path: Path, state: str, rc: int, reason: str = "") -> str:
-    python = tmp_path / "python-probe"
     report = json.dumps(
         {"patch": {"state": state, "mode": "x", "reason": reason}, "active": state == "active"}
     )
-    python.write_text(f"#!/bin/sh\necho '{report}'\nexit {rc}\n", encoding="utf-8")
-    python.chmod(0o755)
-    return str(python)
+    return make_venv(tmp_path, python_text=f"#!/bin/sh\necho '{report}'\nexit {rc}\n")
 
 
 @pytest.mark.parametrize(
@@ -308,9 +431,66 @@ def _fake_probe(tmp_path: Path, state: str, rc: int, reason: str = "") -> str:
         ("off", "absent", 1, False),
     ],
 )
-def test_the_probe_wants_the_state_of_the_mode(tmp_path, mode, state, rc, ok):
+def test_the_probe_wants_the_state_of_the_mode(tmp_path, systemd_run, mode, state, rc, ok):
     check = preflight.check_probe(_fake_probe(tmp_path, state, rc), {"KDTREE_VERIFY": mode}, "/", 10)
-    assert check.ok is ok
+    assert check.ok is ok, check.message
+
+
+def test_the_probe_runs_as_the_unit_s_user_group_cwd_and_environment(tmp_path, systemd_run):
+    python = _fake_probe(tmp_path, "active", 0)
+    env = {"KDTREE_VERIFY": "validate", "PYTHONPATH": "/opt/p"}
+    check = preflight.check_probe(python, env, "/srv/sglang", 10, user="sglang", group="gpu")
+    assert check.ok, check.message
+    args = systemd_run.read_text().splitlines()
+    assert args[args.index("--") + 1 :][:3] == [python, "-m", "kdtree_verify.probe"]
+    options = args[: args.index("--")]
+    for wanted in ("User=sglang", "Group=gpu", "WorkingDirectory=/srv/sglang"):
+        assert options[options.index(wanted) - 1] == "-p", options
+    for wanted in ("KDTREE_VERIFY=validate", "PYTHONPATH=/opt/p"):
+        assert options[options.index(wanted) - 1] == "-E", options
+    assert {"--pipe", "--wait", "--collect"} <= set(options)
+
+
+def test_a_dynamic_user_unit_is_not_probed_and_says_how_to_go_on(tmp_path, systemd_run):
+    check = preflight.check_probe(_fake_probe(tmp_path, "active", 0), {}, "/", 10, dynamic_user=True)
+    assert not check.ok and "DynamicUser=yes" in check.message and "[probe]" in check.message
+    assert not systemd_run.exists()
+
+
+@pytest.mark.parametrize("where", ["cwd", "pythonpath", "venv", "pth", "site-packages"])
+def test_a_root_unit_s_probe_refuses_a_path_another_user_can_write(tmp_path, systemd_run, where):
+    """No User=: the unit and the probe run as root, so nothing they import may be writable by others
+    (a planted module in a user-writable working directory ran as uid 0 before)."""
+    python = _fake_probe(tmp_path, "active", 0)
+    site = tmp_path / "venv/lib/python3.11/site-packages"
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    env = {"KDTREE_VERIFY": "on", "PYTHONPATH": "/usr/lib"}
+    cwd = "/"
+    if where == "cwd":
+        shared.chmod(0o777)
+        cwd = str(shared)
+    elif where == "pythonpath":
+        shared.chmod(0o775)
+        env["PYTHONPATH"] = f"/usr/lib:{shared}"
+    elif where == "venv":
+        (tmp_path / "venv").chmod(0o757)
+    elif where == "pth":
+        (site / "evil.pth").write_text(f"{shared}\n")
+        os.chown(shared, 65534, 65534)
+    elif where == "site-packages":
+        os.chown(site, 65534, 65534)
+    check = preflight.check_probe(python, env, cwd, 10)
+    assert not check.ok and "runs as root" in check.message, check.message
+    assert not systemd_run.exists()  # nothing ran
+    assert preflight.check_probe(python, env, cwd, 10, user="sglang").ok  # as its own user: probed
+
+
+def test_a_root_unit_s_probe_runs_where_everything_is_root_s(tmp_path, systemd_run):
+    python = _fake_probe(tmp_path, "active", 0)
+    check = preflight.check_probe(python, {"KDTREE_VERIFY": "on", "PYTHONPATH": str(tmp_path)}, "/", 10)
+    assert check.ok, check.message
+    assert "User=" not in systemd_run.read_text()
 
 
 NO_LIB = "KDTREE_LIB is not set"
@@ -329,7 +509,7 @@ NO_LIB = "KDTREE_LIB is not set"
     ],
 )
 def test_a_library_not_built_yet_passes_only_a_child_patched_up_to_the_library(
-    tmp_path, pending, state, reason, ok
+    tmp_path, systemd_run, pending, state, reason, ok
 ):
     python = _fake_probe(tmp_path, state, 1, reason)
     check = preflight.check_probe(python, {"KDTREE_VERIFY": "on"}, "/", 10, library_pending=pending)

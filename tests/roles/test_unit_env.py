@@ -40,8 +40,16 @@ def test_unset_environment_and_other_sections_and_continuations():
     assert merged(text) == {"D": "2"}
 
 
-def test_percent_specifier_escape_is_a_literal_percent():
-    assert merged('[Service]\nEnvironment="P=50%%"\n') == {"P": "50%"}
+def test_specifiers_are_kept_as_written_and_resolved_as_systemd_does():
+    """The drop-in copies the unit's PYTHONPATH back into unit syntax: %h must stay %h there (it was
+    turned into a literal "%h" before); resolving gives what systemd gives the service."""
+    env = merged('[Service]\nEnvironment="P=50%%" PYTHONPATH=%h/lib:%n\n')
+    assert env == {"P": "50%%", "PYTHONPATH": "%h/lib:%n"}
+    context = unit_env.specifier_context("sglang.service")
+    assert unit_env.resolve_specifiers(env["P"], context) == "50%"
+    assert unit_env.resolve_specifiers(env["PYTHONPATH"], context) == "/root/lib:sglang.service"
+    with pytest.raises(unit_env.UnknownSpecifier):
+        unit_env.resolve_specifiers("%m", context)
 
 
 def test_environment_files_are_listed(tmp_path):
@@ -91,3 +99,21 @@ def test_the_drop_in_prepends_the_patch_directory_to_the_unit_s_pythonpath(stock
     templar = Templar(loader=DataLoader(), variables=variables)
     env = dict(templar.template(trust_as_template(_prepend_expression())))
     assert env["PYTHONPATH"] == wanted
+
+
+def test_a_specifier_in_the_unit_s_pythonpath_reaches_the_drop_in_as_a_specifier():
+    """The operator's PYTHONPATH=%h/lib must stay %h in the drop-in (systemd expands it there as in the
+    unit); before, the template escaped it to %%h, a literal directory named "%h"."""
+    from test_dropin_template import lines, render
+
+    text = render({"PYTHONPATH": "%h/lib:%%literal"}, kdtree_service_env_extra={"X": "100%"})
+    (pythonpath,) = [line for line in lines(text, "Environment=") if "PYTHONPATH" in line]
+    assert pythonpath == 'Environment="PYTHONPATH=/opt/kdtree/patches/0123456789abcdef:%h/lib:%%literal"', (
+        pythonpath
+    )
+    assert 'Environment="X=100%%"' in text
+
+
+def test_exec_dollar_expansion_splits_a_lone_variable_and_keeps_braces_whole():
+    words = ["$A", "${A}", "x${A}y", "$$A", "$UNSET", "${UNSET}"]
+    assert unit_env.expand_exec_words(words, {"A": "p  q"}) == ["p", "q", "p  q", "xp  qy", "$A", ""]
