@@ -300,6 +300,45 @@ def test_the_publisher_writes_once_more_at_exit(status_dir):
     assert data["counters"]["kernel_calls"] == 1
 
 
+def test_the_exit_write_gives_up_when_a_device_read_does_not_return(status_dir, monkeypatch):
+    """A hung device read (the validate snapshot) must not block the process's exit: before, the
+    atexit write waited for it forever."""
+    emit_active(mode="validate")
+    STATE.mode = "validate"
+    release = threading.Event()
+
+    class Hung:
+        def snapshot(self):
+            release.wait(30)
+            return {"compared": 0, "mismatches": 0, "max_diff": 0.0}
+
+        def read(self):
+            return {"calls": 0}
+
+    monkeypatch.setattr(STATE, "validate_stats", Hung())
+    monkeypatch.setattr(publish, "EXIT_WRITE_TIMEOUT_S", 0.2)
+    pub = publish.Publisher(interval=60, since=1.0)
+    done = threading.Event()
+    caller = threading.Thread(target=lambda: (pub.at_exit(), done.set()), daemon=True)
+    started = time.monotonic()
+    caller.start()
+    try:
+        assert done.wait(5), "at_exit blocked behind the device read"
+        assert time.monotonic() - started < 2
+    finally:
+        release.set()
+
+
+def test_a_huge_status_interval_never_reaches_the_publishers_wait(status_dir, monkeypatch):
+    """threading.Event.wait(1e300) raises OverflowError in the thread: the default is used instead."""
+    monkeypatch.setenv("KDTREE_STATUS_INTERVAL", "1e300")
+    emit_active()
+    pub = publish.start()
+    assert pub is not None and pub.interval == config.DEFAULT_STATUS_INTERVAL
+    time.sleep(0.1)
+    assert pub._thread is not None and pub._thread.is_alive()
+
+
 def test_no_publisher_without_a_status_dir_or_a_prometheus_dir(monkeypatch):
     monkeypatch.delenv("KDTREE_STATUS_DIR", raising=False)
     assert publish.start() is None
