@@ -91,7 +91,8 @@ class ValidateStats:
         }
 
     def snapshot(self) -> dict:
-        """{"compared", "mismatches", "max_diff", "nonfinite_kernel", "nonfinite_original"} for the status publisher, without synchronising the
+        """{"compared", "mismatches", "max_diff", "nonfinite_kernel", "nonfinite_original"} for the
+        status publisher, without synchronising the
         forward stream: on CUDA a non-blocking copy on a side stream into pinned memory, and a wait
         for that copy only (it does not wait for the forward's pending updates either, so the values
         may lag by the calls still in flight). On the CPU a plain read. Call it from one thread."""

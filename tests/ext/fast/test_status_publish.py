@@ -538,6 +538,40 @@ def test_the_mirror_brings_prometheus_client_counters_up_and_sets_gauges():
     assert v[(metrics.UPDATED, ())] == 1700000000.5
 
 
+def test_a_dead_processs_metric_files_with_this_pid_are_removed_and_nothing_else(tmp_path):
+    """prometheus_client starts a value from what `counter_<pid>.db` holds: a scheduler that got the
+    pid of a dead one would count on from its numbers."""
+    pid, started = 4242, 1_700_000_000.0
+    own_old = [tmp_path / f"counter_{pid}.db", tmp_path / f"gauge_all_{pid}.db"]
+    kept = [
+        tmp_path / f"counter_{pid + 1}.db",  # another process's
+        tmp_path / f"histogram_{pid}.db",  # not a file of the patch's metrics
+        tmp_path / f"gauge_livesum_{pid}.db",
+    ]
+    for path in own_old + kept:
+        path.write_bytes(b"x")
+        os.utime(path, (started - 60, started - 60))
+    fresh = tmp_path / f"gauge_all_{pid}.db.new"
+    fresh.write_bytes(b"x")
+    removed = promclient.clear_inherited(str(tmp_path), pid, started, mapped=set())
+    assert sorted(removed) == sorted(map(str, own_old))
+    assert all(not p.exists() for p in own_old) and all(p.exists() for p in kept)
+    # written since this process started: its own (or SGLang's in it), never removed
+    (tmp_path / f"counter_{pid}.db").write_bytes(b"x")
+    assert promclient.clear_inherited(str(tmp_path), pid, started, mapped=set()) == []
+    # a stale file this process has mapped already (SGLang's metrics opened it): refused, kept
+    old = tmp_path / f"counter_{pid}.db"
+    os.utime(old, (started - 60, started - 60))
+    with pytest.raises(promclient.InheritedValues, match="earlier process"):
+        promclient.clear_inherited(str(tmp_path), pid, started, mapped={str(old.resolve())})
+    assert old.exists()
+
+
+def test_this_processs_start_time_is_read_from_proc():
+    started = promclient.process_start()
+    assert started is not None and started <= time.time() and started > time.time() - 7 * 86400
+
+
 def test_the_publisher_feeds_prometheus_client_only_with_a_multiproc_dir(status_dir, monkeypatch, tmp_path):
     client = FakeClient()
     monkeypatch.setitem(sys.modules, "prometheus_client", client)
