@@ -58,7 +58,8 @@ description:
     RV(traffic) holds a verdict per scheduler.
   - Every host command is bounded (C(systemctl show) and C(journalctl) 15 s, the health GET 2 s,
     C(systemctl restart) O(restart_timeout_s), each request O(request_timeout_s), all requests
-    O(traffic_timeout_s), each wait for the status files 3 x O(status_interval_s) + 10 s).
+    O(traffic_timeout_s), each wait for the status files 3 x O(status_interval_s) + 10 s, the
+    installed statusdir.py's fresh_bound_s, which fails the traffic check for an interval outside 0.05-60 s).
   - Each call watches for at most O(chunk_s) seconds and then returns O(state=pending) with O(run); the
     module's action plugin calls it again with that O(run) until the state is V(ok) or V(failed) and
     prints a progress line between calls.
@@ -869,12 +870,20 @@ Traffic = Callable[[Requests, list[int], Any, dict[str, Any]], TrafficResult]
 
 
 def host_traffic(req: Requests, pids: list[int], statusdir: Any, params: dict[str, Any]) -> TrafficResult:
-    """run_traffic on this host: the status files of `status_dir`, read with the host's statusdir.py."""
+    """run_traffic on this host: the status files of `status_dir`, read with the host's statusdir.py
+    (which also bounds each wait: fresh_bound_s of the interval, refusing an interval out of bounds)."""
+    raw = params.get("status_interval_s")
+    interval = 5.0 if raw in (None, "") else float(raw)
+    try:
+        bound = statusdir.fresh_bound_s(interval)
+    except ValueError as exc:
+        why = f"traffic: {exc} (status_interval_s)"
+        return TrafficResult(ok=False, line=why, why=why)
     return run_traffic(
         req,
         pids,
-        lambda wanted: read_counts(statusdir, params["status_dir"], wanted),
-        float(params.get("status_interval_s") or 5.0),
+        lambda wanted: read_counts(statusdir, params["status_dir"], wanted, interval),
+        bound,
         float(params.get("poll_s") or 0.25),
     )
 
