@@ -20,6 +20,10 @@ A host qualifies when every rule holds (`why` names every rule that does not):
 - validate.compared, summed over the schedulers, is at least `min_compared`, and every scheduler
   compared at least one call;
 - no mismatch, the largest difference is at most `tolerance`, no runtime fallback;
+- no non-finite value in the statistics (NaN/inf in an output or the difference: its own reason);
+- every count is a count: an int >= 0, never a string, bool, list or missing (the patch's
+  statusdir.py count_problem, loaded by path: the one owner of what a status count is);
+- every scheduler's statistics are fresh (the report's per-scheduler `fresh`, statusdir's bound);
 - when `expected` is given (the build id and patch digest the promotion's deploy would install), the
   host runs those: evidence for another build or patch version is no evidence.
 
@@ -43,6 +47,8 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import _patch_files a
 DEFAULT_MIN_COMPARED = 1000
 # The patch's config.py, relative to the collection's root (the owner of DEFAULT_TOL).
 PATCH_CONFIG = Path("files/sglang_ext/kdtree_verify/config.py")
+# The patch's status reader (the owner of what a status count is), loaded by path too.
+PATCH_STATUSDIR = Path("files/sglang_ext/kdtree_verify/statusdir.py")
 COLLECTION_ROOT = Path(__file__).resolve().parents[2]
 # history.now()'s format
 HISTORY_TIME = "%Y-%m-%dT%H:%M:%SZ"
@@ -59,6 +65,50 @@ def default_tolerance(root: Path = COLLECTION_ROOT) -> float:
         return float(patch_files.load_file(path, "kdtree_promote_patch_config", ("DEFAULT_TOL",)).DEFAULT_TOL)
     except (patch_files.PatchFileError, TypeError, ValueError) as exc:
         raise PromoteError(f"cannot read DEFAULT_TOL from the patch's {path}: {exc}") from exc
+
+
+def status_reader(root: Path = COLLECTION_ROOT) -> Any:
+    """The patch's kdtree_verify/statusdir.py under `root`, loaded by path."""
+    path = root / PATCH_STATUSDIR
+    try:
+        return patch_files.load_file(
+            path, "kdtree_promote_statusdir", ("count_problem", "nonfinite_problem"), "the status reader"
+        )
+    except patch_files.PatchFileError as exc:
+        raise PromoteError(f"cannot load the patch's status reader {path}: {exc}") from exc
+
+
+def _evidence_problems(row: dict[str, Any], reporting: list[dict[str, Any]], reader: Any) -> list[str]:
+    """What in the row's statistics this gate does not understand or must refuse on its own: a
+    count that is not a count, a non-finite value, a scheduler whose statistics are not fresh."""
+    why: list[str] = []
+    odd = []
+    for item in reporting:
+        for key in ("compared", "mismatches", "runtime_fallbacks"):
+            problem = reader.count_problem(item.get(key))
+            if problem:
+                odd.append(f"pid {item.get('pid')} {key} is {problem}")
+    for key in ("validate_mismatches", "runtime_fallbacks"):
+        if key in row and row[key] is not None and reader.count_problem(row[key]):
+            odd.append(f"{key} is {reader.count_problem(row[key])}")
+    if odd:
+        why.append("statistics this gate does not understand: " + "; ".join(odd))
+    nonfinite = str(row.get("validate_nonfinite") or "")
+    if not nonfinite:
+        diffs = [row.get("validate_max_diff"), *(s.get("max_diff") for s in reporting)]
+        bad = [d for d in diffs if isinstance(d, float) and not math.isfinite(d)]
+        if bad:
+            nonfinite = reader.nonfinite_problem({"max_diff": bad[0]})
+    if nonfinite:
+        why.append(nonfinite)
+    stale = [
+        f"pid {s.get('pid')}: {s['fresh'] if 'fresh' in s else 'freshness unknown'}"
+        for s in reporting
+        if s.get("fresh", "freshness unknown") != ""
+    ]
+    if stale:
+        why.append("statistics not fresh (" + "; ".join(stale) + ")")
+    return why
 
 
 def settings(min_compared: Any = "", tolerance: Any = "") -> tuple[int, float]:
@@ -165,6 +215,7 @@ def qualify(
             f"({row.get('schedulers_patched', 0)} patched, {row.get('schedulers_running', 0)} running)"
         )
     why += _current_run(schedulers, _epoch(current.get("started")))
+    why += _evidence_problems(row, reporting, status_reader())
 
     running = row.get("running_build_ids") or []
     if running and running != [row.get("build_id")]:
@@ -178,7 +229,7 @@ def qualify(
             why.append(f"runs patch {short or '?'}, the promotion would deploy {digest[: len(short) or 12]}")
 
     compared = [s.get("compared") for s in reporting]
-    total = sum(c for c in compared if isinstance(c, int))
+    total = sum(c for c in compared if isinstance(c, int) and not isinstance(c, bool) and c > 0)
     if total < min_compared:
         why.append(f"{total} calls compared, fewer than {min_compared}")
     idle = [str(s.get("pid")) for s in reporting if not s.get("compared")]
