@@ -102,7 +102,7 @@ def test_deep_nesting_is_refused_not_a_recursion_error(depth):
 
 def test_a_document_nested_beyond_the_recursion_limit_is_refused():
     depth = sys.getrecursionlimit() * 2
-    with pytest.raises(statusdir.Refused, match="nested deeper|not JSON"):
+    with pytest.raises(statusdir.Refused, match=r"nested deeper|not JSON"):
         statusdir.load_bytes(b'{"a":' * depth + b"1" + b"}" * depth)
 
 
