@@ -64,6 +64,7 @@ class Mutant:
 
 
 PATCH_DOUBLE = "tests/ext/fast/test_patch_double.py"
+STATUS_READER = "tests/ext/fast/test_status_reader.py"
 UNSUPPORTED = f"{PATCH_DOUBLE}::test_unsupported_shapes_and_options_go_to_the_original_unchanged"
 MUTANTS = (
     Mutant(
@@ -142,8 +143,8 @@ MUTANTS = (
         "report-stale-status-counts",
         REPORT,
         "read_status_files",
-        r"if pid not in live or \(",
-        "if False and (",
+        r"if pid not in live:",
+        "if False:",
         (REPORT_TESTS, "-k", "stale"),
         "the fleet report counts the status file of a process that is not the unit's",
     ),
@@ -349,6 +350,70 @@ MUTANTS = (
             f"{PREFLIGHT_TESTS}::test_a_dollar_word_becomes_the_value_s_words_and_braces_keep_one_word",
         ),
         "a lone $VAR in ExecStart= stays one word instead of the value's words",
+    ),
+    # issue 19: evidence that cannot be fooled
+    Mutant(
+        "status-nan-dropped-by-max",
+        f"{PKG}/telemetry/statusdir.py",
+        "nan_max",
+        r"if math\.isnan\(value\):\n([ \t]+)return math\.nan\n",
+        r"if False:\n\1return math.nan\n",
+        (f"{STATUS_READER}::test_the_largest_difference_keeps_nan_in_any_order",),
+        "a NaN largest difference vanishes from the summary (Python's max, by order)",
+    ),
+    Mutant(
+        "smoke-nan-not-a-mismatch",
+        "plugins/module_utils/_smoke_traffic.py",
+        "judge_scheduler",
+        r"if after\.nonfinite:",
+        "if False:",
+        ("tests/roles/test_smoke_traffic.py", "-k", "non_finite"),
+        "the traffic check passes a scheduler whose validate statistics hold NaN/inf",
+    ),
+    Mutant(
+        "promote-nan-qualifies",
+        PROMOTE,
+        "_evidence_problems",
+        r"if nonfinite:",
+        "if False:",
+        (f"{PROMOTE_RULES}[nonfinite-kernel-output]",),
+        "the promotion qualifies a host whose validate found NaN/inf kernel outputs",
+    ),
+    Mutant(
+        "status-pid-name-mismatch",
+        f"{PKG}/telemetry/statusdir.py",
+        "check",
+        r"if pid is not None and own != pid:",
+        "if False:",
+        (f"{STATUS_READER}::test_scan_reads_only_wanted_regular_pid_files_and_names_the_refused",),
+        "a copy of one scheduler's status file under another pid's name counts as that scheduler",
+    ),
+    Mutant(
+        "status-freshness",
+        f"{PKG}/telemetry/statusdir.py",
+        "freshness_problem",
+        r"if age > fresh_bound_s\(interval_s\):",
+        "if False:",
+        (STATUS_READER, "-k", "freshness"),
+        "a status file whose publisher stopped writing long ago counts as fresh",
+    ),
+    Mutant(
+        "status-bool-is-a-count",
+        f"{PKG}/telemetry/statusdir.py",
+        "count_problem",
+        r"if isinstance\(value, bool\) or not isinstance\(value, int\):",
+        "if not isinstance(value, int):",
+        (STATUS_READER, "-k", "wrong_type"),
+        "a bool (or a count read the lax way) is taken as a count instead of refused",
+    ),
+    Mutant(
+        "promote-odd-count",
+        PROMOTE,
+        "_evidence_problems",
+        r"if odd:",
+        "if False:",
+        (f"{PROMOTE_RULES}[bool-row-mismatches]",),
+        "the promotion reads a count of the wrong type (False for 0 mismatches) instead of refusing it",
     ),
 )
 

@@ -16,8 +16,13 @@ file travels to the hosts and imports module_utils only.
 
 Status files are written by the patch (kdtree_verify/telemetry/marker.py) and grow new fields over time; every
 field is optional here and a file of an older patch is read as far as it goes. A file counts only
-when its pid is a live process of the unit (the unit's cgroup) that started before the file was
-written; the others are stale (an earlier run, or a reused pid): ignored and counted.
+when its name is `<pid>.json` of a live process of the unit (the unit's cgroup) that started before
+the file was written; the others are stale (an earlier run, or a reused pid): ignored, never
+opened, and counted. A live process's file is read and checked by the installed patch's
+kdtree_verify/telemetry/statusdir.py (the one validating reader: regular file, size and depth caps, pid field
+== name, types): one it refuses is an error of the row, never read as zeros. Each scheduler's
+`fresh` says whether its `updated` is within statusdir's freshness bound of the interval the unit
+runs with (its KDTREE_STATUS_INTERVAL), and `validate_nonfinite` names NaN/inf evidence.
 
 Stdlib only (the module runs it on the host).
 """
@@ -25,15 +30,20 @@ Stdlib only (the module runs it on the host).
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import (
     _history as history,
+)
+from ansible_collections.kdtree.fleet.plugins.module_utils import (
+    _patch_files as patch_files,
 )
 from ansible_collections.kdtree.fleet.plugins.module_utils import (
     _smoke_host as smoke_host,
@@ -116,6 +126,23 @@ class HostReader:
 
     def mtime(self, path: str) -> float:
         return os.stat(path).st_mtime
+
+    def now(self) -> float:
+        return time.time()
+
+    def statusdir(self, patch_dir: str) -> Any:
+        """The installed patch's status reader, patch_files.STATUSDIR_FILE (PatchFileError when it cannot be loaded)."""
+        return patch_files.load_installed(
+            patch_dir,
+            patch_files.STATUSDIR_FILE,
+            "kdtree_report_statusdir",
+            ("read_file", "name_pid", "freshness_problem", "nonfinite_problem", "load_sibling", "Refused"),
+            "the status reader the report needs",
+        )
+
+    def read_status(self, statusdir: Any, path: str) -> dict[str, Any]:
+        """One status file, read and checked by statusdir.read_file (Refused or OSError)."""
+        return statusdir.read_file(path)
 
     def nvidia_smi(self, binary: str) -> str:
         """The first GPU's compute capability, "" when nvidia-smi is absent or says nothing."""
@@ -206,12 +233,14 @@ def _num(value: Any) -> float | None:
 
 
 def read_status_files(
-    reader: HostReader, status_dir: str, live_pids: list[int]
+    reader: HostReader, status_dir: str, live_pids: list[int], statusdir: Any = None
 ) -> tuple[list[dict[str, Any]], int, list[str]]:
     """(the live processes' status files, how many stale files, problems reading the directory).
 
-    A file is `<pid>.json` (a `.tmp` is a write in progress and skipped); it counts when its pid (its
-    `pid` field, else its name) is one of live_pids and it was written after that process started."""
+    A file is `<pid>.json` (a `.tmp` is a write in progress and skipped); it counts when its name's
+    pid is one of live_pids and it was written after that process started; any other name is stale
+    and never opened. A live pid's file is read by statusdir (the installed patch's reader): one it
+    refuses (a copy under another pid's name, a FIFO, odd types) is a problem, not a file."""
     if not status_dir:
         return [], 0, []
     try:
@@ -222,27 +251,53 @@ def read_status_files(
         return [], 0, [f"cannot list {status_dir}: {exc}"]
     live = set(live_pids)
     found: list[dict[str, Any]] = []
+    problems: list[str] = []
     stale = 0
     for name in names:
+        pid = statusdir.name_pid(name) if statusdir is not None else None
+        if pid not in live:
+            stale += 1  # not a live process's name (or no reader): never opened
+            continue
         path = os.path.join(status_dir, name)
         try:
-            data = json.loads(reader.read_text(path))
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
+            data = reader.read_status(statusdir, path)
             written = reader.mtime(path)
-        except (OSError, ValueError):
-            stale += 1  # unreadable or half-written: nothing to report from it
+        except FileNotFoundError:
             continue
-        pid = _int(data.get("pid"))
-        if pid is None:
-            stem = name[: -len(".json")]
-            pid = int(stem) if stem.isdigit() else None
-        started = reader.process_start(pid) if pid in live else None
-        if pid not in live or (started is not None and written < started - 1.0):
+        except (OSError, ValueError) as exc:  # statusdir.Refused is a ValueError
+            problems.append(f"status file {name} refused: {exc}")
+            continue
+        started = reader.process_start(pid)
+        if started is not None and written < started - 1.0:
             stale += 1
             continue
         found.append({**data, "pid": pid})
-    return found, stale, []
+    if names and statusdir is None:
+        problems.append("the status files cannot be read: no status reader (statusdir.py) of the patch")
+    return found, stale, problems
+
+
+def status_reader(reader: HostReader, entry: dict[str, Any] | None) -> tuple[Any, str]:
+    """(the installed patch's statusdir module or None, the problem when None) for the history's
+    current entry (its patch_dir)."""
+    patch_dir = str((entry or {}).get("patch_dir") or "")
+    if not patch_dir:
+        return None, "the history names no patch_dir: no status reader"
+    try:
+        return reader.statusdir(patch_dir), ""
+    except patch_files.PatchFileError as exc:
+        return None, str(exc)
+
+
+def freshness(
+    statusdir: Any, reader: HostReader, files: list[dict[str, Any]], env: dict[str, str] | None
+) -> tuple[float, dict[int, str]]:
+    """(the status interval the unit runs with, {pid: statusdir.freshness_problem}) at the host's
+    clock now; the interval is the main process's KDTREE_STATUS_INTERVAL read by the patch's
+    config.py rules (its default when unset or refused)."""
+    interval, _ = statusdir.load_sibling("config").read_status_interval(env or {})
+    now = reader.now()
+    return interval, {f["pid"]: statusdir.freshness_problem(f, now, interval) for f in files}
 
 
 def summarize_status(files: list[dict[str, Any]]) -> dict[str, Any]:
@@ -285,6 +340,8 @@ def summarize_status(files: list[dict[str, Any]]) -> dict[str, Any]:
                 into.append(validate[key])
         if _num(validate.get("max_diff")) is not None:
             max_diffs.append(float(validate["max_diff"]))
+    # NaN-aware: Python's max drops a NaN or not depending on where it stands
+    max_diff = math.nan if any(math.isnan(d) for d in max_diffs) else max(max_diffs, default=None)
     top = originals.most_common(1)
     return {
         "kernel_calls": sum(kernel_calls) if kernel_calls else None,
@@ -295,19 +352,24 @@ def summarize_status(files: list[dict[str, Any]]) -> dict[str, Any]:
         "runtime_fallback_reason": runtime_reason,
         "validate_compared": sum(compared) if compared else None,
         "validate_mismatches": sum(mismatches) if mismatches else None,
-        "validate_max_diff": max(max_diffs) if max_diffs else None,
+        "validate_max_diff": max_diff,
     }
 
 
 def scheduler_details(
-    reader: HostReader, files: list[dict[str, Any]], speculative: str | None = None
+    reader: HostReader,
+    files: list[dict[str, Any]],
+    speculative: str | None = None,
+    fresh: dict[int, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Per scheduler status file, by pid: what a promotion judges (plugin_utils/_promote.py: its
     process's start (epoch s, None when unreadable), the file's `since` and `updated`, its mode and
     state, its validate statistics and runtime fallbacks) and what the table's scheduler lines show
     (its kernel calls, with why when 0 (kernel_note(); `speculative` is the unit's
     speculative_algorithm()), and calls sent to the original, with the top reason). A field is None
-    where the file has no such field."""
+    where the file has no such field. `fresh`: freshness() of the files; a file it has no word on is
+    "freshness not checked"."""
+    fresh = fresh or {}
     out = []
     for item in sorted(files, key=lambda f: f["pid"]):
         counters = item.get("counters") if isinstance(item.get("counters"), dict) else {}
@@ -341,6 +403,7 @@ def scheduler_details(
                 "mismatches": _int(validate.get("mismatches")),
                 "max_diff": _num(validate.get("max_diff")),
                 "runtime_fallbacks": runtime,
+                "fresh": fresh.get(item["pid"], "freshness not checked"),
             }
         )
     return out
@@ -491,7 +554,10 @@ def gather(query: Query, reader: HostReader | None = None) -> dict[str, Any]:
     main_pid = int(props.get("MainPID") or 0) if str(props.get("MainPID", "")).isdigit() else 0
     schedulers = _schedulers_of(reader, pids, query.scheduler_prefix)
     status_dir = query.status_dir or str((entry or {}).get("status_dir") or "")
-    files, stale, problems = read_status_files(reader, status_dir, pids)
+    statusdir, reader_problem = status_reader(reader, entry) if status_dir else (None, "")
+    files, stale, problems = read_status_files(reader, status_dir, pids, statusdir)
+    if problems and reader_problem:
+        problems = [*problems, reader_problem]
     errors += problems
     wanted_state = str((entry or {}).get("marker_state") or "active")
     scheduler_set = set(schedulers)
@@ -518,6 +584,22 @@ def gather(query: Query, reader: HostReader | None = None) -> dict[str, Any]:
     if nccl_problem and entry and entry.get("nccl_env"):
         errors.append(nccl_problem)
     gpu = _gpu(reader, query, entry, errors)
+    interval, fresh = (None, {})
+    nonfinite = ""
+    if statusdir is not None and scheduler_files:
+        interval, fresh = freshness(
+            statusdir, reader, scheduler_files, reader.environ(main_pid) if main_pid else None
+        )
+        merged = summarize_status(scheduler_files)
+        nonfinite = statusdir.nonfinite_problem(
+            {
+                "max_diff": merged["validate_max_diff"],
+                **{
+                    key: sum(_int((f.get("validate") or {}).get(key)) or 0 for f in scheduler_files)
+                    for key in ("nonfinite_kernel", "nonfinite_original")
+                },
+            }
+        )
     running_builds = sorted({str(f["build_id"]) for f in scheduler_files if f.get("build_id")})
 
     status = summarize_status(scheduler_files)
@@ -551,9 +633,11 @@ def gather(query: Query, reader: HostReader | None = None) -> dict[str, Any]:
         **status,
         "kernel_calls_why": kernel_why,
         "kernel_calls_note": kernel_text,
+        "validate_nonfinite": nonfinite,
+        "status_interval_s": interval,
         "nccl_env_ok": nccl_ok,
         "nccl_env_diff": nccl_diff,
-        "schedulers": scheduler_details(reader, scheduler_files, speculative),
+        "schedulers": scheduler_details(reader, scheduler_files, speculative, fresh),
         "current_deploy": deploy_summary(entry),
         "last_deploy": deploy_summary(last),
         "last_good": deploy_summary(good),

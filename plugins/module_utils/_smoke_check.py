@@ -48,12 +48,20 @@ Traffic = Callable[[Requests, list[int], Any, dict[str, Any]], TrafficResult]
 
 
 def host_traffic(req: Requests, pids: list[int], statusdir: Any, params: dict[str, Any]) -> TrafficResult:
-    """run_traffic on this host: the status files of `status_dir`, read with the host's statusdir.py."""
+    """run_traffic on this host: the status files of `status_dir`, read with the host's statusdir.py
+    (which also bounds each wait: fresh_bound_s of the interval, refusing an interval out of bounds)."""
+    raw = params.get("status_interval_s")
+    interval = 5.0 if raw in (None, "") else float(raw)
+    try:
+        bound = statusdir.fresh_bound_s(interval)
+    except ValueError as exc:
+        why = f"traffic: {exc} (status_interval_s)"
+        return TrafficResult(ok=False, line=why, why=why)
     return run_traffic(
         req,
         pids,
-        lambda wanted: read_counts(statusdir, params["status_dir"], wanted),
-        float(params.get("status_interval_s") or 5.0),
+        lambda wanted: read_counts(statusdir, params["status_dir"], wanted, interval),
+        bound,
         float(params.get("poll_s") or 0.25),
     )
 

@@ -25,7 +25,7 @@ import json
 import time
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import _http_client as http_client
@@ -53,7 +53,7 @@ def load_statusdir(patch_dir: str) -> Any:
         patch_dir,
         STATUSDIR_FILE,
         "kdtree_smoke_host_statusdir",
-        ("read_dir", "summary"),
+        ("scan", "summary", "check", "name_pid", "freshness_problem", "fresh_bound_s", "nonfinite_problem"),
         StatusDirError,
         "the status reader this check needs",
     )
@@ -80,18 +80,26 @@ class Counts:
     # counters.kernel_calls_device (ABI 4 libraries: runs counted on the device, CUDA graph replays
     # included); None when the status file has none (an older patch)
     kernel_calls_device: int | None = None
+    # statusdir.nonfinite_problem of the validate statistics ("" when every value is finite)
+    nonfinite: str = ""
+    # why statusdir refused the file (a wrong type, a copy under another pid's name, not a regular
+    # file, ...): the check fails at once, it does not wait for a rewrite
+    refused: str = ""
+    # statusdir.freshness_problem at the read ("" when fresh): a stale file is waited for
+    stale: str = ""
 
 
 def counts_of(statusdir: Any, doc: dict[str, Any]) -> Counts | None:
-    """The judge's view of one status document (None when it is not one: no pid or no `updated`).
-
-    The numbers come from statusdir.summary() of this one document (the format's owner)."""
-    try:
-        pid = int(doc["pid"])
-        updated = float(doc["updated"])
-        total = statusdir.summary([doc])
-    except (KeyError, TypeError, ValueError):
+    """The judge's view of one status document (None when it has no `updated` yet: the marker's
+    first write, before the publisher's). statusdir.check() refuses any other odd document
+    (ValueError, its Refused, naming the field); the numbers come from statusdir.summary() of this
+    one document (the format's owner)."""
+    statusdir.check(doc)
+    if "updated" not in doc:
         return None
+    pid = int(doc["pid"])
+    updated = float(doc["updated"])
+    total = statusdir.summary([doc])
     counters = doc.get("counters") if isinstance(doc.get("counters"), dict) else {}
     validate = total.get("validate") or {}
     device = counters.get("kernel_calls_device")
@@ -107,21 +115,39 @@ def counts_of(statusdir: Any, doc: dict[str, Any]) -> Counts | None:
         compared=int(validate.get("compared", 0)),
         mismatches=int(validate.get("mismatches", 0)),
         max_diff=float(validate.get("max_diff", 0.0)),
+        nonfinite=statusdir.nonfinite_problem(doc.get("validate")),
     )
 
 
-def read_counts(statusdir: Any, status_dir: str, pids: list[int]) -> dict[int, Counts]:
-    """The status files of these pids (statusdir.read_dir reads the directory; others are ignored)."""
-    wanted = set(pids)
+def read_counts(
+    statusdir: Any,
+    status_dir: str,
+    pids: list[int],
+    interval_s: float = 5.0,
+    clock: Callable[[], float] = time.time,
+) -> dict[int, Counts]:
+    """The status files of these pids only (`<pid>.json` whose pid field is its name's: statusdir.scan
+    reads no other file). A file statusdir refuses is a Counts with `refused` set; a file whose
+    `updated` is not fresh (statusdir.freshness_problem: a dead publisher, or from the future) has
+    `stale` set."""
     found: dict[int, Counts] = {}
     try:
-        docs = statusdir.read_dir(status_dir)
+        docs, refused = statusdir.scan(status_dir, pids)
     except OSError:
         return found
+    now = clock()
     for doc in docs:
-        item = counts_of(statusdir, doc)
-        if item is not None and item.pid in wanted:
-            found[item.pid] = item
+        try:
+            item = counts_of(statusdir, doc)
+        except ValueError as exc:
+            found[int(doc["pid"])] = Counts(pid=int(doc["pid"]), mode="", updated=0.0, refused=str(exc))
+            continue
+        if item is not None:
+            stale = statusdir.freshness_problem(doc, now, interval_s)
+            found[item.pid] = replace(item, stale=stale) if stale else item
+    for name, why in refused.items():
+        pid = statusdir.name_pid(name)
+        found[pid] = Counts(pid=pid, mode="", updated=0.0, refused=why)
     return found
 
 
@@ -137,18 +163,26 @@ def wait_written_after(
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[int, Counts]:
-    """Every pid's status file once it was written after `after` (its `updated`); TrafficError naming
-    the late ones when that takes longer than bound_s."""
+    """Every pid's status file once it was written after `after` (its `updated`) and is fresh;
+    TrafficError naming the late ones when that takes longer than bound_s, and at once naming a
+    file the status reader refused."""
     deadline = clock() + bound_s
     while True:
         found = read(pids)
-        late = [pid for pid in pids if pid not in found or found[pid].updated <= after]
+        refused = [found[pid] for pid in pids if pid in found and found[pid].refused]
+        if refused:
+            raise TrafficError(
+                "status file refused: " + ", ".join(f"pid {item.pid} ({item.refused})" for item in refused)
+            )
+        late = [pid for pid in pids if pid not in found or found[pid].updated <= after or found[pid].stale]
         if not late:
             return found
         if clock() >= deadline:
             named = ", ".join(
                 f"pid {pid} (no status file)"
                 if pid not in found
+                else f"pid {pid} ({found[pid].stale})"
+                if found[pid].stale
                 else f"pid {pid} (last written {after - found[pid].updated:.1f} s before)"
                 for pid in late
             )
@@ -284,6 +318,8 @@ def judge_scheduler(before: Counts, after: Counts) -> dict[str, Any]:
             "state": "skipped",
             "note": f"scheduler pid {pid}: mode {mode or '?'}, traffic not checked",
         }
+    if after.nonfinite:
+        return failed(f"{after.nonfinite} (a NaN or inf is a mismatch)")
     if after.runtime_fallbacks > 0:
         reason = after.runtime_fallback_reason or "no reason recorded"
         return failed(f"{after.runtime_fallbacks} runtime fallback(s) to the original: {reason}")
@@ -365,23 +401,19 @@ class TrafficResult:
         }
 
 
-def status_bound_s(interval_s: float) -> float:
-    """How long a status file may take to be rewritten: three intervals and 10 s."""
-    return 3 * interval_s + 10
-
-
 def run_traffic(
     req: Requests,
     pids: list[int],
     read: ReadCounts,
-    interval_s: float,
+    bound_s: float,
     poll_s: float = 0.25,
     send: Callable[[Requests], tuple[list[dict[str, Any]], float]] = send_requests,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
 ) -> TrafficResult:
-    """Baseline (files written from now on), requests, files written after the last answer, judge."""
-    bound = status_bound_s(interval_s)
+    """Baseline (files written from now on), requests, files written after the last answer, judge.
+    `bound_s`: how long each wait for a rewrite may take (statusdir.fresh_bound_s of the interval)."""
+    bound = bound_s
     poll = max(poll_s, 0.05)
     head = f"traffic: {req.count} requests"
     try:

@@ -59,7 +59,8 @@ description:
     RV(traffic) holds a verdict per scheduler.
   - Every host command is bounded (C(systemctl show) and C(journalctl) 15 s, the health GET 2 s,
     C(systemctl restart) O(restart_timeout_s), each request O(request_timeout_s), all requests
-    O(traffic_timeout_s), each wait for the status files 3 x O(status_interval_s) + 10 s).
+    O(traffic_timeout_s), each wait for the status files 3 x O(status_interval_s) + 10 s, the
+    installed statusdir.py's fresh_bound_s, which fails the traffic check for an interval outside 0.05-60 s).
   - Each call watches for at most O(chunk_s) seconds and then returns RV(state=pending) with RV(run);
     the module's action plugin calls it again with that run (an internal option a task cannot set)
     until the state is V(ok) or V(failed) and prints a progress line between calls.

@@ -21,6 +21,10 @@ A host qualifies when every rule holds (`why` names every rule that does not):
 - validate.compared, summed over the schedulers, is at least `min_compared`, and every scheduler
   compared at least one call;
 - no mismatch, the largest difference is at most `tolerance`, no runtime fallback;
+- no non-finite value in the statistics (NaN/inf in an output or the difference: its own reason);
+- every count is a count: an int >= 0, never a string, bool, list or missing (the patch's
+  statusdir.py count_problem, loaded by path: the one owner of what a status count is);
+- every scheduler's statistics are fresh (the report's per-scheduler `fresh`, statusdir's bound);
 - when `expected` is given (the build id and patch digest the promotion's deploy would install), the
   host runs those: evidence for another build or patch version is no evidence.
 
@@ -50,6 +54,8 @@ DEFAULT_MIN_COMPARED = 1000
 PATCH_CONFIG = Path(patch_files.CONFIG_FILE)
 # (key, header) of the promotion's table (render()ed like the report's).
 COLUMNS = (("host", "HOST"), ("promote", "PROMOTE"), ("why", "WHY"))
+# The patch's status reader (the owner of what a status count is), loaded by path too.
+PATCH_STATUSDIR = Path(patch_files.STATUSDIR_FILE)
 # history.now()'s format
 HISTORY_TIME = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -70,6 +76,54 @@ def default_tolerance(patch_source: str | Path) -> float:
         return float(patch_files.load_file(path, "kdtree_promote_patch_config", ("DEFAULT_TOL",)).DEFAULT_TOL)
     except (patch_files.PatchFileError, TypeError, ValueError) as exc:
         raise PromoteError(f"cannot read DEFAULT_TOL from the patch's {path}: {exc}") from exc
+
+
+def status_reader(patch_source: str | Path) -> Any:
+    """The patch's status reader (PATCH_STATUSDIR) under the patch source directory, loaded by path."""
+    if not str(patch_source or ""):
+        raise PromoteError(
+            "no patch source directory to load the status reader from (pass kdtree_patch_source_dir)"
+        )
+    path = Path(patch_source) / PATCH_STATUSDIR
+    try:
+        return patch_files.load_file(
+            path, "kdtree_promote_statusdir", ("count_problem", "nonfinite_problem"), "the status reader"
+        )
+    except patch_files.PatchFileError as exc:
+        raise PromoteError(f"cannot load the patch's status reader {path}: {exc}") from exc
+
+
+def _evidence_problems(row: dict[str, Any], reporting: list[dict[str, Any]], reader: Any) -> list[str]:
+    """What in the row's statistics this gate does not understand or must refuse on its own: a
+    count that is not a count, a non-finite value, a scheduler whose statistics are not fresh."""
+    why: list[str] = []
+    odd = []
+    for item in reporting:
+        for key in ("compared", "mismatches", "runtime_fallbacks"):
+            problem = reader.count_problem(item.get(key))
+            if problem:
+                odd.append(f"pid {item.get('pid')} {key} is {problem}")
+    for key in ("validate_mismatches", "runtime_fallbacks"):
+        if key in row and row[key] is not None and reader.count_problem(row[key]):
+            odd.append(f"{key} is {reader.count_problem(row[key])}")
+    if odd:
+        why.append("statistics this gate does not understand: " + "; ".join(odd))
+    nonfinite = str(row.get("validate_nonfinite") or "")
+    if not nonfinite:
+        diffs = [row.get("validate_max_diff"), *(s.get("max_diff") for s in reporting)]
+        bad = [d for d in diffs if isinstance(d, float) and not math.isfinite(d)]
+        if bad:
+            nonfinite = reader.nonfinite_problem({"max_diff": bad[0]})
+    if nonfinite:
+        why.append(nonfinite)
+    stale = [
+        f"pid {s.get('pid')}: {s['fresh'] if 'fresh' in s else 'freshness unknown'}"
+        for s in reporting
+        if s.get("fresh", "freshness unknown") != ""
+    ]
+    if stale:
+        why.append("statistics not fresh (" + "; ".join(stale) + ")")
+    return why
 
 
 def settings(min_compared: Any = "", tolerance: Any = "", patch_source: str | Path = "") -> tuple[int, float]:
@@ -127,9 +181,12 @@ def qualify(
     min_compared: int,
     tolerance: float,
     expected: dict[str, Any] | None = None,
+    reader: Any = None,
 ) -> tuple[bool, str]:
     """(qualifies, why) for one host's report row. Why names every rule that fails, or, when the
-    host qualifies, the evidence."""
+    host qualifies, the evidence. `reader`: the patch's status reader (status_reader())."""
+    if reader is None:
+        raise PromoteError("qualify() needs the patch's status reader (status_reader(patch_source))")
     tol = float(tolerance)
     if "unit" not in row:  # report_table.rows() made the row: the host was not read
         return False, "; ".join(row.get("problems") or ["no report"])
@@ -177,6 +234,7 @@ def qualify(
             f"({row.get('schedulers_patched', 0)} patched, {row.get('schedulers_running', 0)} running)"
         )
     why += _current_run(schedulers, _epoch(current.get("started")))
+    why += _evidence_problems(row, reporting, reader)
 
     running = row.get("running_build_ids") or []
     if running and running != [row.get("build_id")]:
@@ -190,7 +248,7 @@ def qualify(
             why.append(f"runs patch {short or '?'}, the promotion would deploy {digest[: len(short) or 12]}")
 
     compared = [s.get("compared") for s in reporting]
-    total = sum(c for c in compared if isinstance(c, int))
+    total = sum(c for c in compared if isinstance(c, int) and not isinstance(c, bool) and c > 0)
     if total < min_compared:
         why.append(f"{total} calls compared, fewer than {min_compared}")
     idle = [str(s.get("pid")) for s in reporting if not s.get("compared")]
@@ -231,7 +289,7 @@ def verdict(
     """{host, qualified, why, min_compared, tolerance} for one row, with the play's settings
     (settings(): "" takes the defaults, the tolerance's read from `patch_source`)."""
     count, tol = settings(min_compared, tolerance, patch_source)
-    ok, why = qualify(row, count, tol, expected)
+    ok, why = qualify(row, count, tol, expected, status_reader(patch_source))
     return {
         "host": str(row.get("host") or "?"),
         "qualified": ok,

@@ -3,6 +3,7 @@ read; on CUDA a copy on a side stream that does not wait for the forward stream'
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -20,13 +21,44 @@ def _record(stats: ValidateStats, device: str, diff: float) -> None:
 
 def test_snapshot_equals_read_on_the_cpu():
     stats = ValidateStats("cpu", tol=0.02)
-    assert stats.snapshot() == {"compared": 0, "mismatches": 0, "max_diff": 0.0}
+    zero = {"compared": 0, "mismatches": 0, "max_diff": 0.0, "nonfinite_kernel": 0, "nonfinite_original": 0}
+    assert stats.snapshot() == zero
     _record(stats, "cpu", 0.5)
     _record(stats, "cpu", 0.0078125)
     got = stats.snapshot()
     full = stats.read()
-    assert got == {"compared": full["calls"], "mismatches": full["mismatches"], "max_diff": full["max_abs"]}
-    assert got == {"compared": 2, "mismatches": 1, "max_diff": 0.5}
+    assert got == {
+        "compared": full["calls"],
+        "mismatches": full["mismatches"],
+        "max_diff": full["max_abs"],
+        "nonfinite_kernel": 0,
+        "nonfinite_original": 0,
+    }
+    assert got == {**zero, "compared": 2, "mismatches": 1, "max_diff": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("kernel", "original", "kernel_bad", "original_bad"),
+    [
+        (math.nan, 0.0, 1, 0),  # the kernel wrote a NaN
+        (0.0, math.nan, 0, 1),  # Triton's output holds a NaN
+        (math.inf, 0.0, 1, 0),  # an infinity: the difference is inf
+        (math.inf, math.inf, 1, 1),  # inf - inf = NaN
+    ],
+)
+def test_a_non_finite_output_is_a_mismatch_and_stays_non_finite(kernel, original, kernel_bad, original_bad):
+    """NaN > tol is False: before, a NaN output counted as compared with 0 mismatches."""
+    stats = ValidateStats("cpu", tol=0.02)
+    _record(stats, "cpu", 0.0)  # a good call first, then the bad one, then another good one
+    ref = torch.zeros(4, 8, dtype=torch.bfloat16)
+    out = ref.clone()
+    out[1, 2], ref[1, 2] = kernel, original
+    stats.record(out, ref)
+    _record(stats, "cpu", 0.0)
+    got = stats.snapshot()
+    assert got["compared"] == 3 and got["mismatches"] == 1
+    assert got["nonfinite_kernel"] == kernel_bad and got["nonfinite_original"] == original_bad
+    assert not math.isfinite(got["max_diff"]), got  # never dropped by a later, finite call
 
 
 @pytest.mark.gpu

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import re
 import subprocess
@@ -46,6 +47,7 @@ def scheduler(pid: int, compared: int = 600, **over) -> dict:
         "mismatches": 0,
         "max_diff": 0.004,
         "runtime_fallbacks": 0,
+        "fresh": "",
     }
     return {**item, **over}
 
@@ -94,6 +96,7 @@ def good_row(**over) -> dict:
 def judge(row: dict, **kw) -> tuple[bool, str]:
     kw.setdefault("min_compared", 1000)
     kw.setdefault("tolerance", 0.02)
+    kw.setdefault("reader", promote.status_reader(PATCH_DIR))
     return promote.qualify(row, **kw)
 
 
@@ -203,6 +206,50 @@ def test_a_healthy_validate_host_with_enough_clean_evidence_qualifies():
             {"errors": ["cannot list /run/x"]},
             "could not read everything: cannot list /run/x",
             id="report-errors",
+        ),
+        # issue 19: evidence that cannot be fooled
+        pytest.param(
+            {
+                "validate_max_diff": math.nan,
+                "schedulers": [scheduler(101, max_diff=math.nan), scheduler(102)],
+            },
+            "non-finite values in validate: largest difference nan",
+            id="nan-max-diff",
+        ),
+        pytest.param(
+            {"validate_nonfinite": "non-finite values in validate: kernel output NaN/inf in 3 calls"},
+            "non-finite values in validate: kernel output NaN/inf in 3 calls",
+            id="nonfinite-kernel-output",
+        ),
+        pytest.param(
+            {"schedulers": [scheduler(101, compared=True), scheduler(102, compared=1200)]},
+            "pid 101 compared is bool True, not a count",
+            id="bool-compared",
+        ),
+        pytest.param(
+            {"schedulers": [scheduler(101, mismatches="0"), scheduler(102)]},
+            "pid 101 mismatches is str '0', not a count",
+            id="string-mismatches",
+        ),
+        pytest.param(
+            {"schedulers": [scheduler(101, runtime_fallbacks=-1), scheduler(102)]},
+            "pid 101 runtime_fallbacks is -1, a negative count",
+            id="negative-fallbacks",
+        ),
+        pytest.param(
+            {"validate_mismatches": False},
+            "validate_mismatches is bool False, not a count",
+            id="bool-row-mismatches",
+        ),
+        pytest.param(
+            {"schedulers": [scheduler(101, fresh="last updated 3600 s ago"), scheduler(102)]},
+            "statistics not fresh (pid 101: last updated 3600 s ago)",
+            id="stale-statistics",
+        ),
+        pytest.param(
+            {"schedulers": [{k: v for k, v in scheduler(101).items() if k != "fresh"}, scheduler(102)]},
+            "statistics not fresh (pid 101: freshness unknown)",
+            id="freshness-unknown",
         ),
     ],
 )

@@ -33,7 +33,7 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import (
 )
 from ansible_collections.kdtree.fleet.plugins.modules import kdtree_report
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
-from conftest import ROOT
+from conftest import PATCH_DIR, ROOT
 
 PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 CGROUP = "/system.slice/sglang-test.service"
@@ -85,7 +85,15 @@ def health_server():
 
 
 def status(pid: int, **fields) -> dict:
-    return {"pid": pid, "state": "active", "mode": "validate", "reason": "", "lib": "/x.so", **fields}
+    return {
+        "pid": pid,
+        "state": "active",
+        "mode": "validate",
+        "reason": "",
+        "lib": "/x.so",
+        "updated": time.time(),
+        **fields,
+    }
 
 
 def counters(kernel_calls: int, original: dict[str, int], runtime: int = 0, reason: str = "") -> dict:
@@ -143,6 +151,7 @@ class Host:
             "expected_schedulers": 2,
             "nccl_env": NCCL,
             "status_dir": str(self.status_dir),
+            "patch_dir": str(PATCH_DIR),
             "dropin": "A",
         }
         entry = history.begin(entries, {**base, **record})
@@ -769,3 +778,72 @@ def test_the_default_json_path_is_under_tmp_and_printed(tmp_path):
         assert [row["host"] for row in json.loads(Path(path).read_text())] == ["local-b"]
     finally:
         os.unlink(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# evidence that cannot be fooled (issue 19)
+
+
+def _two_good(host) -> None:
+    for proc, compared in ((host.tp0, 100), (host.tp1, 50)):
+        host.write_status(
+            proc.pid,
+            status(
+                proc.pid,
+                counters=counters(compared, {}),
+                validate={"compared": compared, "mismatches": 0, "max_diff": 0.001},
+            ),
+        )
+
+
+def test_a_copy_under_another_schedulers_name_is_refused_not_counted_twice(host):
+    host.deploy()
+    _two_good(host)
+    copy = json.loads((host.status_dir / f"{host.tp0.pid}.json").read_text())
+    host.write_status(host.tp1.pid, copy)  # tp0's file, under tp1's name
+    row = gather(host)
+    assert row["validate_compared"] == 100 and row["status_files"] == 1
+    assert any(f"pid {host.tp0.pid} in the file named for pid {host.tp1.pid}" in e for e in row["errors"])
+
+
+def test_a_fifo_or_odd_types_in_a_live_schedulers_file_are_errors_not_zeros(host):
+    host.deploy()
+    _two_good(host)
+    (host.status_dir / f"{host.tp0.pid}.json").unlink()
+    os.mkfifo(host.status_dir / f"{host.tp0.pid}.json")  # before, the report blocked here
+    host.write_status(
+        host.tp1.pid,
+        status(host.tp1.pid, validate={"compared": 50, "mismatches": "0", "max_diff": 0.001}),
+    )
+    done: dict = {}
+    worker = threading.Thread(target=lambda: done.update(gather(host)), daemon=True)
+    worker.start()
+    worker.join(20)
+    assert not worker.is_alive(), "the report blocked on a FIFO"
+    assert done["status_files"] == 0 and done["validate_mismatches"] is None
+    text = "; ".join(done["errors"])
+    assert "not a regular file" in text and "validate.mismatches is str" in text
+
+
+def test_nan_in_any_schedulers_validate_stays_nan_and_is_named(host):
+    host.deploy()
+    for proc, diff in ((host.tp0, float("nan")), (host.tp1, 0.004)):
+        host.write_status(
+            proc.pid,
+            status(
+                proc.pid, validate={"compared": 9, "mismatches": 0, "max_diff": diff, "nonfinite_kernel": 0}
+            ),
+        )
+    row = gather(host)
+    assert row["validate_max_diff"] != row["validate_max_diff"]  # NaN, whichever file came first
+    assert row["validate_nonfinite"] == "non-finite values in validate: largest difference nan"
+
+
+def test_a_file_whose_publisher_stopped_writing_is_not_fresh(host):
+    host.deploy()
+    _two_good(host)
+    host.write_status(host.tp1.pid, status(host.tp1.pid, updated=time.time() - 3600))
+    row = gather(host)
+    fresh = {s["pid"]: s["fresh"] for s in row["schedulers"]}
+    assert fresh[host.tp0.pid] == "" and "last updated 3600 s ago" in fresh[host.tp1.pid]
+    assert row["status_interval_s"] == 5.0  # the unit sets no KDTREE_STATUS_INTERVAL: the patch's default

@@ -11,7 +11,9 @@ from __future__ import annotations
 import http.server
 import importlib
 import json
+import math
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -402,7 +404,11 @@ def test_run_traffic_end_to_end_counts_the_kernel_calls_of_every_scheduler(tr, s
     with Server() as server, Publisher(tmp_path, [101, 102], server):
         req = tr.Requests(count=4, health_url=server.health_url)
         result = tr.run_traffic(
-            req, [101, 102], lambda p: tr.read_counts(statusdir, str(tmp_path), p), 0.1, 0.05
+            req,
+            [101, 102],
+            lambda p: tr.read_counts(statusdir, str(tmp_path), p),
+            statusdir.fresh_bound_s(0.1),
+            0.05,
         )
     assert result.ok, result.why
     assert result.line == "traffic: 4 requests, kernel calls +80 in 2/2 schedulers"
@@ -412,7 +418,13 @@ def test_run_traffic_end_to_end_counts_the_kernel_calls_of_every_scheduler(tr, s
 def test_run_traffic_end_to_end_fails_when_the_calls_went_to_the_original(tr, statusdir, tmp_path):
     with Server() as server, Publisher(tmp_path, [101], server, path="dtype"):
         req = tr.Requests(count=2, health_url=server.health_url)
-        result = tr.run_traffic(req, [101], lambda p: tr.read_counts(statusdir, str(tmp_path), p), 0.1, 0.05)
+        result = tr.run_traffic(
+            req,
+            [101],
+            lambda p: tr.read_counts(statusdir, str(tmp_path), p),
+            statusdir.fresh_bound_s(0.1),
+            0.05,
+        )
     assert not result.ok
     assert (
         "scheduler pid 101: 0 of 20 verify calls reached the kernel; sent to the original: dtype 20"
@@ -420,7 +432,7 @@ def test_run_traffic_end_to_end_fails_when_the_calls_went_to_the_original(tr, st
     )
 
 
-def test_a_status_file_that_is_not_rewritten_fails_within_the_bound(tr):
+def test_a_status_file_that_is_not_rewritten_fails_within_the_bound(tr, statusdir):
     now = [100.0]
     stale = {7: counts(tr, pid=7)}  # updated=1.0, never rewritten
     with pytest.raises(tr.TrafficError, match=r"not rewritten within 25 s: pid 7 \(last written"):
@@ -428,7 +440,7 @@ def test_a_status_file_that_is_not_rewritten_fails_within_the_bound(tr):
             lambda p: stale,
             [7, 8][:1],
             50.0,
-            tr.status_bound_s(5),
+            statusdir.fresh_bound_s(5),
             1.0,
             lambda: now[0],
             lambda s: now.__setitem__(0, now[0] + s),
@@ -513,3 +525,116 @@ def test_no_traffic_without_requests_or_for_a_run_without_the_patch(hu):
 
 def test_the_api_key_option_is_no_log(smoke_module):
     assert smoke_module.ARGUMENT_SPEC["api_key"].get("no_log") is True
+
+
+# --- evidence that cannot be fooled (issue 19) ------------------------------------------------
+
+
+def _doc(pid: int, **fields) -> dict:
+    doc = {
+        "schema": 1,
+        "pid": pid,
+        "mode": "validate",
+        "state": "active",
+        "since": 1.0,
+        "updated": time.time(),
+        "counters": {"kernel_calls": 0, "original_calls": {}, "runtime_fallbacks": 0},
+        "validate": {"compared": 5, "mismatches": 0, "max_diff": 0.001},
+    }
+    doc.update(fields)
+    return doc
+
+
+def _write(path: Path, doc) -> None:
+    # json.dumps writes NaN and Infinity, as the publisher's json.dumps does
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    ("validate", "said"),
+    [
+        ({"compared": 5, "mismatches": 0, "max_diff": math.nan}, "largest difference nan"),
+        ({"compared": 5, "mismatches": 0, "max_diff": math.inf}, "largest difference inf"),
+        (
+            {"compared": 5, "mismatches": 1, "max_diff": 0.0, "nonfinite_kernel": 1},
+            "kernel output NaN/inf in 1 calls",
+        ),
+    ],
+)
+def test_a_non_finite_validate_value_fails_the_scheduler_with_its_own_reason(
+    tr, statusdir, tmp_path, validate, said
+):
+    """Before, a NaN max_diff with 0 mismatches passed: NaN > tol is false."""
+    before = tr.counts_of(statusdir, _doc(7, validate={"compared": 1, "mismatches": 0, "max_diff": 0.0}))
+    _write(tmp_path / "7.json", _doc(7, validate=validate))
+    after = tr.read_counts(statusdir, str(tmp_path), [7])[7]
+    got = tr.judge_scheduler(before, after)
+    assert got["state"] == "failed", got
+    assert "non-finite values in validate" in got["note"] and said in got["note"]
+
+
+def test_a_copy_under_another_pids_name_is_refused_and_other_pids_files_are_not_read(tr, statusdir, tmp_path):
+    _write(tmp_path / "101.json", _doc(101))
+    _write(tmp_path / "102.json", _doc(101))  # a copy of 101's file: would count as scheduler 102
+    _write(tmp_path / "999.json", "{not even json")  # not a scheduler of this run: never read
+    found = tr.read_counts(statusdir, str(tmp_path), [101, 102])
+    assert found[101].refused == "" and found[101].compared == 5
+    assert "pid 101 in the file named for pid 102" in found[102].refused
+    assert 999 not in found
+    with pytest.raises(tr.TrafficError, match=r"status file refused: pid 102 \(pid 101 in the file named"):
+        tr.wait_written_after(
+            lambda p: tr.read_counts(statusdir, str(tmp_path), p), [101, 102], 0.0, 30.0, 0.01
+        )
+
+
+@pytest.mark.parametrize(
+    ("counters", "field"),
+    [
+        ({"kernel_calls": "5"}, "counters.kernel_calls is str"),
+        ({"kernel_calls": True}, "counters.kernel_calls is bool"),
+        ({"runtime_fallbacks": -1}, "counters.runtime_fallbacks is -1, a negative count"),
+        ({"runtime_fallbacks": [1]}, "counters.runtime_fallbacks is list"),
+        ({"original_calls": {"dtype": None}}, "counters.original_calls.dtype is NoneType"),
+    ],
+)
+def test_a_count_of_the_wrong_type_is_refused_at_once_not_read_as_zero(
+    tr, statusdir, tmp_path, counters, field
+):
+    _write(tmp_path / "7.json", _doc(7, counters=counters))
+    started = time.monotonic()
+    with pytest.raises(tr.TrafficError, match=re.escape(field)):
+        tr.wait_written_after(lambda p: tr.read_counts(statusdir, str(tmp_path), p), [7], 0.0, 30.0, 0.01)
+    assert time.monotonic() - started < 5  # refused at once: no wait for a rewrite
+
+
+def test_an_update_time_from_the_future_is_not_fresh(tr, statusdir, tmp_path):
+    """`updated` an hour ahead passed "written after the requests" without any rewrite."""
+    _write(tmp_path / "7.json", _doc(7, updated=time.time() + 3600))
+    found = tr.read_counts(statusdir, str(tmp_path), [7])
+    assert "in the future" in found[7].stale
+    with pytest.raises(tr.TrafficError, match=r"pid 7 \(updated \d+ s in the future\)"):
+        tr.wait_written_after(lambda p: tr.read_counts(statusdir, str(tmp_path), p), [7], 0.0, 0.2, 0.05)
+
+
+def test_a_fifo_named_like_a_status_file_is_refused_without_blocking(tr, statusdir, tmp_path):
+    os.mkfifo(tmp_path / "7.json")
+    os.symlink(tmp_path / "elsewhere.json", tmp_path / "8.json")
+    result: dict = {}
+    reader = threading.Thread(
+        target=lambda: result.update(tr.read_counts(statusdir, str(tmp_path), [7, 8])), daemon=True
+    )
+    reader.start()
+    reader.join(5)
+    assert not reader.is_alive(), "the reader blocked on a FIFO"
+    assert result[7].refused == "not a regular file" and result[8].refused == "not a regular file"
+
+
+@pytest.mark.parametrize("interval", [1e300, math.inf, 0.0, 61.0])
+def test_a_status_interval_out_of_bounds_fails_the_traffic_before_any_request(interval, statusdir):
+    from ansible_collections.kdtree.fleet.plugins.modules import kdtree_smoke
+
+    req = kdtree_smoke.Requests(count=1, health_url="http://127.0.0.1:9/health")
+    result = kdtree_smoke.host_traffic(
+        req, [7], statusdir, {"status_interval_s": interval, "status_dir": "/nonexistent", "poll_s": 0.05}
+    )
+    assert not result.ok and "status interval" in result.why and not result.answers

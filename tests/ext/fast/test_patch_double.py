@@ -451,7 +451,7 @@ def status_dir(tmp_path, monkeypatch):
     path.mkdir(mode=0o755)
     path.chmod(0o755)
     monkeypatch.setenv("KDTREE_STATUS_DIR", str(path))
-    monkeypatch.setenv("KDTREE_STATUS_INTERVAL", "600")  # the test writes; the thread only starts
+    monkeypatch.setenv("KDTREE_STATUS_INTERVAL", "60")  # the test writes; the thread only starts
     return path
 
 

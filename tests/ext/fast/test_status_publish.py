@@ -301,6 +301,45 @@ def test_the_publisher_writes_once_more_at_exit(status_dir):
     assert data["counters"]["kernel_calls"] == 1
 
 
+def test_the_exit_write_gives_up_when_a_device_read_does_not_return(status_dir, monkeypatch):
+    """A hung device read (the validate snapshot) must not block the process's exit: before, the
+    atexit write waited for it forever."""
+    emit_active(mode="validate")
+    STATE.mode = "validate"
+    release = threading.Event()
+
+    class Hung:
+        def snapshot(self):
+            release.wait(30)
+            return {"compared": 0, "mismatches": 0, "max_diff": 0.0}
+
+        def read(self):
+            return {"calls": 0}
+
+    monkeypatch.setattr(STATE, "validate_stats", Hung())
+    monkeypatch.setattr(publish, "EXIT_WRITE_TIMEOUT_S", 0.2)
+    pub = publish.Publisher(interval=60, since=1.0)
+    done = threading.Event()
+    caller = threading.Thread(target=lambda: (pub.at_exit(), done.set()), daemon=True)
+    started = time.monotonic()
+    caller.start()
+    try:
+        assert done.wait(5), "at_exit blocked behind the device read"
+        assert time.monotonic() - started < 2
+    finally:
+        release.set()
+
+
+def test_a_huge_status_interval_never_reaches_the_publishers_wait(status_dir, monkeypatch):
+    """threading.Event.wait(1e300) raises OverflowError in the thread: the default is used instead."""
+    monkeypatch.setenv("KDTREE_STATUS_INTERVAL", "1e300")
+    emit_active()
+    pub = publish.start()
+    assert pub is not None and pub.interval == config.DEFAULT_STATUS_INTERVAL
+    time.sleep(0.1)
+    assert pub._thread is not None and pub._thread.is_alive()
+
+
 def test_no_publisher_without_a_status_dir_or_a_prometheus_dir(monkeypatch):
     monkeypatch.delenv("KDTREE_STATUS_DIR", raising=False)
     assert publish.start() is None
@@ -498,6 +537,40 @@ def test_the_mirror_brings_prometheus_client_counters_up_and_sets_gauges():
     assert v[(metrics.PATCH_INFO, ("on", "active", "b1234", "0.5.23"))] == 0
     assert v[(metrics.PATCH_INFO, ("on", "fallback", "b1234", "0.5.23"))] == 1
     assert v[(metrics.UPDATED, ())] == 1700000000.5
+
+
+def test_a_dead_processs_metric_files_with_this_pid_are_removed_and_nothing_else(tmp_path):
+    """prometheus_client starts a value from what `counter_<pid>.db` holds: a scheduler that got the
+    pid of a dead one would count on from its numbers."""
+    pid, started = 4242, 1_700_000_000.0
+    own_old = [tmp_path / f"counter_{pid}.db", tmp_path / f"gauge_all_{pid}.db"]
+    kept = [
+        tmp_path / f"counter_{pid + 1}.db",  # another process's
+        tmp_path / f"histogram_{pid}.db",  # not a file of the patch's metrics
+        tmp_path / f"gauge_livesum_{pid}.db",
+    ]
+    for path in own_old + kept:
+        path.write_bytes(b"x")
+        os.utime(path, (started - 60, started - 60))
+    fresh = tmp_path / f"gauge_all_{pid}.db.new"
+    fresh.write_bytes(b"x")
+    removed = promclient.clear_inherited(str(tmp_path), pid, started, mapped=set())
+    assert sorted(removed) == sorted(map(str, own_old))
+    assert all(not p.exists() for p in own_old) and all(p.exists() for p in kept)
+    # written since this process started: its own (or SGLang's in it), never removed
+    (tmp_path / f"counter_{pid}.db").write_bytes(b"x")
+    assert promclient.clear_inherited(str(tmp_path), pid, started, mapped=set()) == []
+    # a stale file this process has mapped already (SGLang's metrics opened it): refused, kept
+    old = tmp_path / f"counter_{pid}.db"
+    os.utime(old, (started - 60, started - 60))
+    with pytest.raises(promclient.InheritedValues, match="earlier process"):
+        promclient.clear_inherited(str(tmp_path), pid, started, mapped={str(old.resolve())})
+    assert old.exists()
+
+
+def test_this_processs_start_time_is_read_from_proc():
+    started = promclient.process_start()
+    assert started is not None and started <= time.time() and started > time.time() - 7 * 86400
 
 
 def test_the_publisher_feeds_prometheus_client_only_with_a_multiproc_dir(status_dir, monkeypatch, tmp_path):

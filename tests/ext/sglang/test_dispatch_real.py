@@ -166,14 +166,20 @@ def test_the_status_file_carries_the_real_validate_statistics_and_counters(case,
     status_dir.mkdir(mode=0o755)
     status_dir.chmod(0o755)
     monkeypatch.setenv("KDTREE_STATUS_DIR", str(status_dir))
-    monkeypatch.setenv("KDTREE_STATUS_INTERVAL", "600")
+    monkeypatch.setenv("KDTREE_STATUS_INTERVAL", "60")  # the most: the test writes
     _install(monkeypatch, libs, "validate", tol="1e-9")
     run(case, ForwardMode.TARGET_VERIFY, torch.arange(84, 96))
     run(case, ForwardMode.EXTEND, torch.arange(84, 96))
     publish.current().write_once()
     doc = json.loads((status_dir / f"{os.getpid()}.json").read_text())
     stats = lifecycle.status()["validate"]
-    assert doc["validate"] == {"compared": 1, "mismatches": 1, "max_diff": stats["max_abs"]}
+    assert doc["validate"] == {
+        "compared": 1,
+        "mismatches": 1,
+        "max_diff": stats["max_abs"],
+        "nonfinite_kernel": 0,
+        "nonfinite_original": 0,
+    }
     assert doc["counters"]["original_calls"] == {"not_verify": 1, "validate": 1}
     assert "kdtree_verify_validate_mismatches_total{pid=" in (status_dir / f"{os.getpid()}.prom").read_text()
 

@@ -34,6 +34,28 @@ mirror.update(doc)
 print(os.getpid())
 """
 
+# A dead scheduler with this process's pid left its counter file behind (PROMETHEUS_MULTIPROC_DIR
+# persists across server runs): 1000 kernel calls under the very key this process's counter uses.
+INHERIT = """
+import json, os, sys, time
+from prometheus_client.mmap_dict import MmapedDict, mmap_key
+from kdtree_verify.telemetry import metrics, promclient
+pid = os.getpid()
+directory = os.environ["PROMETHEUS_MULTIPROC_DIR"]
+path = os.path.join(directory, f"counter_{pid}.db")
+dead = MmapedDict(path)
+key = mmap_key("kdtree_verify_calls", "kdtree_verify_calls_total", ("pid", "path", "reason"),
+               (str(pid), "kernel", ""), metrics.FAMILIES[metrics.CALLS][1])
+dead.write_value(key, 1000.0, 0.0)
+dead.close()
+past = promclient.process_start() - 60
+os.utime(path, (past, past))
+doc = json.loads(sys.argv[1])
+doc["pid"] = pid
+promclient.Mirror().update(doc)
+print(pid)
+"""
+
 OTHER = """
 import prometheus_client
 prometheus_client.Counter("sglang_like_requests", "a counter of another library", registry=None).inc(3)
@@ -143,3 +165,23 @@ def test_a_spawned_processs_kdtree_metrics_are_served_by_sglangs_own_metrics_rou
         )
         assert samples[("kdtree_verify_patch_info", info)] == 1
     assert samples[("sglang_like_requests_total", ())] == 3
+
+
+def test_a_dead_processs_counters_with_the_same_pid_are_not_inherited(tmp_path):
+    """Before, the new process's counter started from the dead one's 1000: 1007 kernel calls."""
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": str(EXT_DIR),
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
+    }
+    pid = _spawn(INHERIT, env, json.dumps(_doc()))
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(tmp_path))
+    value = registry.get_sample_value(
+        "kdtree_verify_calls_total", {"pid": pid, "path": "kernel", "reason": ""}
+    )
+    assert value == 7

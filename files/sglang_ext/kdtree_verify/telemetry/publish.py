@@ -4,7 +4,8 @@ and `<pid>.prom` current (docs/CONTRACTS.md section 3b), and SGLang's /metrics w
 
 Started by the lifecycle once the install (or plugin-mode report) has printed the marker, in that
 process only: never at interpreter start-up. It writes at once, then every KDTREE_STATUS_INTERVAL
-seconds (default 5), and once more at exit (atexit; a SIGKILL leaves the last periodic write). The
+seconds (default 5), and once more at exit (atexit, bounded by EXIT_WRITE_TIMEOUT_S; a SIGKILL leaves the last
+periodic write). The
 files go through the marker's safe writer (`marker.write_status`). Nothing here raises into SGLang:
 the first failure to write is said once, on the marker's ``kdtree-verify-status: ... state=unwritable``
 line (not again when the marker already said it for this directory).
@@ -28,6 +29,10 @@ logger = logging.getLogger(__name__)
 
 SCHEMA = 1
 THREAD_NAME = "kdtree-verify-status"
+EXIT_THREAD_NAME = "kdtree-verify-status-exit"
+# The exit-time write gives up after this long: it may wait on a device read (a hung GPU) or on the
+# periodic thread's write lock, and process exit never waits behind either.
+EXIT_WRITE_TIMEOUT_S = 2.0
 
 
 def build_id(lib: str) -> str:
@@ -157,12 +162,22 @@ class Publisher:
         self._thread.start()
         atexit.register(self.at_exit)
 
-    def at_exit(self) -> None:
-        """The last write (atexit), in the process that started the publisher only."""
+    def at_exit(self, timeout_s: float | None = None) -> bool:
+        """The last write (atexit), in the process that started the publisher only: in a daemon
+        thread joined for at most `timeout_s`, so that a device read that does not return (or a
+        periodic write stuck in one, holding the write lock) never blocks the process's exit
+        (`timeout_s` None: EXIT_WRITE_TIMEOUT_S). True when the write finished in time."""
         if os.getpid() != self.pid:
-            return
+            return False
+        timeout_s = EXIT_WRITE_TIMEOUT_S if timeout_s is None else timeout_s
         self._stop.set()
-        self.write_once()
+        writer = threading.Thread(target=self.write_once, name=EXIT_THREAD_NAME, daemon=True)
+        writer.start()
+        writer.join(timeout=timeout_s)
+        if writer.is_alive():
+            logger.warning("kdtree-verify: the exit-time status write gave up after %g s", timeout_s)
+            return False
+        return True
 
     def stop(self) -> None:
         """Stop the thread without a last write (tests, uninstall)."""

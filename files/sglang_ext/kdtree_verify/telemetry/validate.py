@@ -24,8 +24,10 @@ HISTORY = 1024  # per-call (max abs, max rel) ring buffer
 # exact reference (< FP8_REL_TOL) and a kernel that drops a key tile (> FP8_REL_TOL).
 E4M3_UNIT_ROUNDOFF = 2.0**-4
 FP8_REL_TOL = 4 * E4M3_UNIT_ROUNDOFF
-# stats slots
-CALLS, MISMATCHES, MAX_ABS, MAX_REL = 0, 1, 2, 3
+# stats slots. NONFINITE_*: calls whose kernel / original output held a NaN or an infinity; such a
+# call is a mismatch, and a non-finite difference stays in MAX_ABS (torch.maximum keeps NaN).
+CALLS, MISMATCHES, MAX_ABS, MAX_REL, NONFINITE_KERNEL, NONFINITE_ORIGINAL = 0, 1, 2, 3, 4, 5
+SLOTS = 6
 
 
 def rel_tol_for(kv_dtype: str) -> float:
@@ -41,7 +43,7 @@ class ValidateStats:
     def __init__(self, device: Any, tol: float) -> None:
         self.device = torch.device(device)
         self.tol = float(tol)
-        self.stats = torch.zeros(4, dtype=torch.float64, device=self.device)
+        self.stats = torch.zeros(SLOTS, dtype=torch.float64, device=self.device)
         self.history = torch.zeros(HISTORY, 2, dtype=torch.float32, device=self.device)
         self._copy_stream: Any = None  # the status publisher's side stream and pinned buffer (CUDA)
         self._host: torch.Tensor | None = None
@@ -51,7 +53,9 @@ class ValidateStats:
 
     def record(self, kernel_out: torch.Tensor, triton_out: torch.Tensor, rel_tol: float = 0.0) -> None:
         """kernel_out, triton_out [T, H*HEAD_DIM_V] bf16: one call's outputs. A mismatch is
-        max|kernel - triton| > tol + rel_tol * max|triton| (rel_tol: `rel_tol_for` the KV dtype)."""
+        max|kernel - triton| > tol + rel_tol * max|triton| (rel_tol: `rel_tol_for` the KV dtype), or
+        any NaN or infinity in either output or in the difference (a comparison with NaN is false:
+        without this a NaN output would pass as 0 mismatches)."""
         if kernel_out.numel() == 0:
             return
         ref = triton_out.float()
@@ -61,7 +65,12 @@ class ValidateStats:
         slot = (self.stats[CALLS] % HISTORY).long().view(1)
         self.history.index_copy_(0, slot, torch.stack([max_abs, max_rel]).view(1, 2))
         self.stats[CALLS] += 1
-        self.stats[MISMATCHES] += (max_abs > self.tol + rel_tol * ref_max).double()
+        kernel_bad = ~torch.isfinite(kernel_out).all()
+        original_bad = ~torch.isfinite(triton_out).all()
+        beyond = (max_abs > self.tol + rel_tol * ref_max) | ~torch.isfinite(max_abs)
+        self.stats[MISMATCHES] += (beyond | kernel_bad | original_bad).double()
+        self.stats[NONFINITE_KERNEL] += kernel_bad.double()
+        self.stats[NONFINITE_ORIGINAL] += original_bad.double()
         torch.maximum(self.stats[MAX_ABS], max_abs.double(), out=self.stats[MAX_ABS])
         torch.maximum(self.stats[MAX_REL], max_rel.double(), out=self.stats[MAX_REL])
 
@@ -76,18 +85,21 @@ class ValidateStats:
             "max_abs": values[MAX_ABS],
             "max_rel": values[MAX_REL],
             "tol": self.tol,
+            "nonfinite_kernel": int(values[NONFINITE_KERNEL]),
+            "nonfinite_original": int(values[NONFINITE_ORIGINAL]),
             "recent": recent[-16:] if calls <= HISTORY else None,
         }
 
     def snapshot(self) -> dict:
-        """{"compared", "mismatches", "max_diff"} for the status publisher, without synchronising the
+        """{"compared", "mismatches", "max_diff", "nonfinite_kernel", "nonfinite_original"} for the
+        status publisher, without synchronising the
         forward stream: on CUDA a non-blocking copy on a side stream into pinned memory, and a wait
         for that copy only (it does not wait for the forward's pending updates either, so the values
         may lag by the calls still in flight). On the CPU a plain read. Call it from one thread."""
         if self.device.type == "cuda":
             if self._copy_stream is None:
                 self._copy_stream = torch.cuda.Stream(device=self.device)
-                self._host = torch.empty(4, dtype=torch.float64, pin_memory=True)
+                self._host = torch.empty(SLOTS, dtype=torch.float64, pin_memory=True)
             assert self._host is not None
             with torch.cuda.stream(self._copy_stream):
                 self._host.copy_(self.stats, non_blocking=True)
@@ -101,4 +113,6 @@ class ValidateStats:
             "compared": int(values[CALLS]),
             "mismatches": int(values[MISMATCHES]),
             "max_diff": values[MAX_ABS],
+            "nonfinite_kernel": int(values[NONFINITE_KERNEL]),
+            "nonfinite_original": int(values[NONFINITE_ORIGINAL]),
         }
