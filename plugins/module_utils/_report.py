@@ -131,7 +131,8 @@ class HostReader:
         return time.time()
 
     def statusdir(self, patch_dir: str) -> Any:
-        """The installed patch's status reader, patch_files.STATUSDIR_FILE (PatchFileError when it cannot be loaded)."""
+        """The installed patch's status reader, patch_files.STATUSDIR_FILE (PatchFileError when it
+        cannot be loaded)."""
         return patch_files.load_installed(
             patch_dir,
             patch_files.STATUSDIR_FILE,

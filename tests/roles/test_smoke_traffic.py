@@ -631,10 +631,8 @@ def test_a_fifo_named_like_a_status_file_is_refused_without_blocking(tr, statusd
 
 @pytest.mark.parametrize("interval", [1e300, math.inf, 0.0, 61.0])
 def test_a_status_interval_out_of_bounds_fails_the_traffic_before_any_request(interval, statusdir):
-    from ansible_collections.kdtree.fleet.plugins.modules import kdtree_smoke
-
-    req = kdtree_smoke.Requests(count=1, health_url="http://127.0.0.1:9/health")
-    result = kdtree_smoke.host_traffic(
+    req = sc.Requests(count=1, health_url="http://127.0.0.1:9/health")
+    result = sc.host_traffic(
         req, [7], statusdir, {"status_interval_s": interval, "status_dir": "/nonexistent", "poll_s": 0.05}
     )
     assert not result.ok and "status interval" in result.why and not result.answers
