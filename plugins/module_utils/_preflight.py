@@ -185,7 +185,7 @@ def parse_launch(argv: list[str]) -> Launch:
         if not interp or not _is_python(interp[0]):
             return launch
         launch.python = interp[0]
-        launch.flags, _ = python_flags(interp[1:])
+        launch.flags, _rest = python_flags(interp[1:])
         # a console script (e.g. venv/bin/sglang) runs SGLang itself
         launch.launcher = os.path.basename(argv[0])
         launch.args = argv[1:]
@@ -302,7 +302,7 @@ def env_file_entries(spec: str) -> tuple[str, list[tuple[int, str, str]]]:
             for number, raw in enumerate(handle, start=1):
                 line = raw.strip()
                 if line and not line.startswith(("#", ";")) and "=" in line:
-                    name, _, value = line.partition("=")
+                    name, _sep, value = line.partition("=")
                     entries.append((number, name.strip(), value.strip()))
     except OSError:
         pass
@@ -312,7 +312,7 @@ def env_file_entries(spec: str) -> tuple[str, list[tuple[int, str, str]]]:
 def env_file_assignments(spec: str) -> tuple[str, dict[str, int]]:
     """(path, {NAME: line}) of an EnvironmentFile= entry; an `export ` prefix is not part of the name."""
     path, entries = env_file_entries(spec)
-    return path, {name.removeprefix("export ").strip(): number for number, name, _ in entries}
+    return path, {name.removeprefix("export ").strip(): number for number, name, _value in entries}
 
 
 def check_overrides(unit: Unit, managed: list[str], env_file: str = "") -> Check:
@@ -360,7 +360,7 @@ def unit_environment(unit: Unit) -> dict[str, str]:
     apply_settings(merged, unit.settings)
     env = dict(merged.environment)
     for spec in merged.environment_files:
-        for _, name, value in env_file_entries(spec)[1]:
+        for _number, name, value in env_file_entries(spec)[1]:
             env[name] = value.strip("\"'")
     return env
 
@@ -374,6 +374,7 @@ def check_sglang(python: str, supported: tuple[str, ...], timeout_s: float) -> C
             text=True,
             timeout=timeout_s,
             env={"PATH": "/usr/bin:/bin"},
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Check("sglang", False, f"cannot ask {python} for its SGLang version: {exc}")
@@ -406,7 +407,7 @@ def check_probe(
     argv = [python, "-m", "kdtree_verify.probe", "--json", "--timeout", str(max(10, int(timeout_s) - 10))]
     try:
         proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=cwd or "/"
+            argv, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=cwd or "/", check=False
         )
     except subprocess.TimeoutExpired:
         return Check("probe", False, f"the probe did not finish within {timeout_s:.0f} s")
@@ -518,7 +519,7 @@ def launch_facts(unit: Unit, exec_start_override: list[str]) -> dict[str, Any]:
     Sizes that do not parse are named in `unparsed` (the preflight refuses them) instead of being
     taken as 1. The argv itself is not returned: an operator's command line may hold secrets (--api-key).
     """
-    argv, _ = exec_start(unit.settings)
+    argv, _line = exec_start(unit.settings)
     env = unit_environment(unit)
     launch = parse_launch([_expand(a, env) for a in (exec_start_override or argv)])
     unparsed: list[str] = []

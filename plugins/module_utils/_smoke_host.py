@@ -18,12 +18,12 @@ check parses the journal with exactly the code the schedulers print it with.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -250,7 +250,7 @@ def _systemctl_show(unit: str) -> dict[str, str]:
     )
     props = {}
     for line in out.decode("utf-8", "replace").splitlines():
-        key, _, value = line.partition("=")
+        key, _sep, value = line.partition("=")
         props[key] = value
     return props
 
@@ -269,17 +269,25 @@ def _read_journal(query: Query, invocation_id: str, state: JournalState, marker:
 
 
 def health_status(url: str) -> str:
-    """The status code ("200", "503"), "refused", or "down (<reason>)"."""
+    """The status code ("200", "503"), "refused", or "down (<reason>)".
+
+    A plain HTTP(S) GET on the URL's own host and port (http.client: no proxy from the environment, no
+    redirect followed), bounded by HEALTH_TIMEOUT_S."""
     try:
-        with urllib.request.urlopen(url, timeout=HEALTH_TIMEOUT_S) as response:
-            return str(response.status)
-    except urllib.error.HTTPError as exc:
-        return str(exc.code)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        if isinstance(reason, ConnectionRefusedError):
-            return "refused"
-        return f"down ({reason})"
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        factory = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        conn = factory(parts.hostname, parts.port, timeout=HEALTH_TIMEOUT_S)
+        try:
+            conn.request("GET", urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, "")))
+            return str(conn.getresponse().status)
+        finally:
+            conn.close()
+    except ConnectionRefusedError:
+        return "refused"
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        return f"down ({exc})"
 
 
 def health_owner(url: str, unit: str, unit_pids: list[int]) -> str:
@@ -314,7 +322,7 @@ def cgroup_pids(control_group: str) -> list[int]:
         except OSError:
             continue
         for line in lines:
-            hierarchy, _, path = line.partition(":")[2].partition(":")
+            hierarchy, _sep, path = line.partition(":")[2].partition(":")
             if hierarchy in ("", "name=systemd") and path == control_group:
                 pids.append(int(entry))
                 break

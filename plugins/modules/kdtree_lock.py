@@ -52,7 +52,7 @@ attributes:
   diff_mode:
     support: none
     details: The lock file is not configuration.
-author: kdtree-fleet
+author: kdtree-fleet contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""
