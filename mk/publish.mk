@@ -43,10 +43,11 @@ test-publish-docs: publish-venvs
 
 # The changelog: changelogs/changelog.yaml and its fragments lint; CHANGELOG.md is what `generate` writes.
 test-publish-changelog: publish-venvs
-	@$(PUB_TIME) $(PUB)/core-2.21/bin/antsibull-changelog lint && \
-	  cp CHANGELOG.md $(PUB_OUT).CHANGELOG.md && $(PUB)/core-2.21/bin/antsibull-changelog generate && \
-	  { git diff --quiet -- CHANGELOG.md || { git diff -- CHANGELOG.md; cp $(PUB_OUT).CHANGELOG.md CHANGELOG.md; \
-	    echo "CHANGELOG.md is not what antsibull-changelog generate writes: add a fragment, do not edit it" >&2; exit 1; }; }
+	@$(PUB_TIME) $(PUB)/core-2.21/bin/antsibull-changelog lint && mkdir -p $(PUB_OUT) && \
+	  cp CHANGELOG.md $(PUB_OUT)/CHANGELOG.md.before && $(PUB)/core-2.21/bin/antsibull-changelog generate && \
+	  if ! cmp -s $(PUB_OUT)/CHANGELOG.md.before CHANGELOG.md; then \
+	    diff -u CHANGELOG.md $(PUB_OUT)/CHANGELOG.md.before || true; cp $(PUB_OUT)/CHANGELOG.md.before CHANGELOG.md; \
+	    echo "CHANGELOG.md is not what antsibull-changelog generate writes: add a fragment, do not edit it" >&2; exit 1; fi
 
 # The execution environment definition builds a context (no image is built here: no container build).
 test-publish-ee: publish-venvs
