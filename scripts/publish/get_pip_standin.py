@@ -14,7 +14,8 @@ DROP = {"--no-setuptools", "--no-wheel"}
 
 
 def main(argv: list[str]) -> int:
-    subprocess.run([sys.executable, "-m", "ensurepip", "--default-pip"], check=True, stdout=subprocess.DEVNULL)
+    ensurepip = [sys.executable, "-m", "ensurepip", "--default-pip"]
+    subprocess.run(ensurepip, check=True, stdout=subprocess.DEVNULL)
     args = [a for a in argv if a not in DROP]
     return subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args], check=False).returncode
 
