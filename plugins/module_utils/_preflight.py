@@ -242,7 +242,7 @@ def parse_launch(argv: list[str]) -> Launch:
         if not interp or not _is_python(interp[0]):
             return launch
         launch.python = interp[0]
-        launch.flags, _ = python_flags(interp[1:])
+        launch.flags, _rest = python_flags(interp[1:])
         # a console script (e.g. venv/bin/sglang) runs SGLang itself
         launch.launcher = os.path.basename(argv[0])
         launch.args = argv[1:]
@@ -383,7 +383,7 @@ def env_file_entries(path: str) -> tuple[str, list[tuple[int, str, str]]]:
             for number, raw in enumerate(handle, start=1):
                 line = raw.strip()
                 if line and not line.startswith(("#", ";")) and "=" in line:
-                    name, _, value = line.partition("=")
+                    name, _sep, value = line.partition("=")
                     entries.append((number, name.strip(), value.strip()))
     except (OSError, ValueError):  # ValueError: a NUL in the path
         pass
@@ -393,7 +393,7 @@ def env_file_entries(path: str) -> tuple[str, list[tuple[int, str, str]]]:
 def env_file_assignments(path: str) -> tuple[str, dict[str, int]]:
     """(path, {NAME: line}) of one environment file; an `export ` prefix is not part of the name."""
     path, entries = env_file_entries(path)
-    return path, {name.removeprefix("export ").strip(): number for number, name, _ in entries}
+    return path, {name.removeprefix("export ").strip(): number for number, name, _value in entries}
 
 
 def check_overrides(
@@ -466,7 +466,7 @@ def unit_environment(unit: Unit) -> dict[str, str]:
     env = {name: resolve_specifiers(value, context) for name, value in merged.environment.items()}
     for spec in merged.environment_files:
         for file in environment_file_paths(spec, unit.name):
-            for _, name, value in env_file_entries(file)[1]:
+            for _number, name, value in env_file_entries(file)[1]:
                 env[name.removeprefix("export ").strip()] = value.strip("\"'")
     return env
 
@@ -583,6 +583,7 @@ def check_probe(
             text=True,
             timeout=timeout_s + 5,
             env={"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+            check=False,
         )
     except subprocess.TimeoutExpired:
         return Check("probe", False, f"the probe did not finish within {timeout_s:.0f} s")

@@ -249,7 +249,7 @@ def _systemctl_show(unit: str) -> dict[str, str]:
     )
     props = {}
     for line in out.decode("utf-8", "replace").splitlines():
-        key, _, value = line.partition("=")
+        key, _sep, value = line.partition("=")
         props[key] = value
     return props
 
@@ -312,7 +312,7 @@ def cgroup_pids(control_group: str) -> list[int]:
         except OSError:
             continue
         for line in lines:
-            hierarchy, _, path = line.partition(":")[2].partition(":")
+            hierarchy, _sep, path = line.partition(":")[2].partition(":")
             if hierarchy in ("", "name=systemd") and path == control_group:
                 pids.append(int(entry))
                 break

@@ -85,10 +85,10 @@ def service_settings(text: str, path: str) -> list[Setting]:
             section = full[1:-1]
             continue
         if section == "Service" and "=" in full:
-            key, _, value = full.partition("=")
+            key, _sep, value = full.partition("=")
             settings.append(Setting(key.strip(), value.strip(), path, first))
     if pending and section == "Service" and "=" in pending:
-        key, _, value = pending.partition("=")
+        key, _sep, value = pending.partition("=")
         settings.append(Setting(key.strip(), value.strip(), path, start))
     return settings
 

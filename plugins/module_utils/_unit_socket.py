@@ -45,7 +45,7 @@ def parse_tcp_table(text: str, port: int) -> set[int]:
         fields = line.split()
         if len(fields) < 10 or fields[3] != TCP_LISTEN:
             continue
-        _, _, hex_port = fields[1].rpartition(":")
+        _host, _sep, hex_port = fields[1].rpartition(":")
         try:
             if int(hex_port, 16) == port and int(fields[9]) != 0:
                 inodes.add(int(fields[9]))

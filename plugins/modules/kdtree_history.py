@@ -103,7 +103,7 @@ attributes:
   diff_mode:
     support: none
     details: The file is a log, not configuration.
-author: kdtree-fleet
+author: kdtree-fleet contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""

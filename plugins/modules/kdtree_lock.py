@@ -55,7 +55,7 @@ attributes:
   diff_mode:
     support: none
     details: The lock file is not configuration.
-author: kdtree-fleet
+author: kdtree-fleet contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""

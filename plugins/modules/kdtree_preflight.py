@@ -81,7 +81,7 @@ extends_documentation_fragment:
   - kdtree.fleet.attributes
   - kdtree.fleet.attributes.read_only
   - kdtree.fleet.unit.unit_file
-author: kdtree-fleet
+author: kdtree-fleet contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""

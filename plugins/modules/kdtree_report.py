@@ -35,7 +35,7 @@ description:
   - "GPU: the arch and compute capability of the history's build (its C(BUILD_INFO)), else the
     first GPU C(nvidia-smi) lists (10 s timeout) when it is installed."
   - What cannot be read is reported in RV(row.errors) and never fails the module.
-author: kdtree-fleet
+author: kdtree-fleet contributors (!UNKNOWN)
 extends_documentation_fragment:
   - kdtree.fleet.attributes
   - kdtree.fleet.attributes.read_only

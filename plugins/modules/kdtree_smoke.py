@@ -64,7 +64,7 @@ description:
   - Each call watches for at most O(chunk_s) seconds and then returns RV(state=pending) with RV(run);
     the module's action plugin calls it again with that run (an internal option a task cannot set)
     until the state is V(ok) or V(failed) and prints a progress line between calls.
-author: kdtree-fleet
+author: kdtree-fleet contributors (!UNKNOWN)
 extends_documentation_fragment:
   - kdtree.fleet.attributes
   - kdtree.fleet.unit
@@ -445,7 +445,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "requests": {"type": "int", "default": 0},
     "request_route": {"type": "str", "default": "/generate"},
     "request_prompt": {"type": "str", "default": "The capital of France is"},
-    "request_max_new_tokens": {"type": "int", "default": 16},
+    "request_max_new_tokens": {"type": "int", "default": 16, "no_log": False},
     "request_timeout_s": {"type": "float", "default": 30.0},
     "traffic_timeout_s": {"type": "float", "default": 120.0},
     "api_key": {"type": "str", "default": "", "no_log": True},

@@ -262,7 +262,7 @@ def qualify(
     max_diff = _number(row.get("validate_max_diff"))
     if max_diff is None and reporting:
         why.append("no largest difference")
-    elif max_diff is not None and not max_diff <= tol:
+    elif max_diff is not None and (math.isnan(max_diff) or max_diff > tol):  # NaN never passes
         why.append(f"max diff {max_diff:.3g} > tolerance {tol:g}")
     fallbacks = row.get("runtime_fallbacks")
     if fallbacks is None:

@@ -131,7 +131,7 @@ def scheduler_cells(item: dict[str, Any]) -> dict[str, str]:
     validate = ""
     if item.get("compared") is not None or item.get("mismatches") is not None:
         validate = f"{_count(item.get('mismatches'))}/{_count(item.get('compared'))}"
-    blank = {key: "" for key, _ in COLUMNS}
+    blank = {key: "" for key, _title in COLUMNS}
     return {
         **blank,
         "host": f"  {title} pid {item.get('pid', '?')}",
@@ -147,7 +147,7 @@ def scheduler_cells(item: dict[str, Any]) -> dict[str, str]:
 def render(columns: tuple[tuple[str, str], ...], lines: list[dict[str, str]]) -> str:
     """A header line and one line per dict of `lines`, each column as wide as its widest cell, two
     spaces between columns; the last column is not padded, a missing cell is NONE."""
-    keys = [key for key, _ in columns]
+    keys = [key for key, _title in columns]
     widths = {key: max([len(head)] + [len(c.get(key, NONE)) for c in lines]) for key, head in columns}
 
     def line(values: dict[str, str]) -> str:

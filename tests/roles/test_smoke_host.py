@@ -263,7 +263,15 @@ def test_every_host_command_has_a_timeout():
             for node in ast.walk(tree)
             if isinstance(node, ast.Call)
             and ast.unparse(node.func)
-            in ("subprocess.run", "subprocess.Popen", "subprocess.check_output", "urllib.request.urlopen")
+            in (
+                "subprocess.run",
+                "subprocess.Popen",
+                "subprocess.check_output",
+                "urllib.request.urlopen",
+                "factory",  # the health GET: http.client.HTTP(S)Connection(..., timeout=...)
+                "http.client.HTTPConnection",
+                "http.client.HTTPSConnection",
+            )
         ]
     assert len(calls) >= 3  # systemctl show / journalctl, systemctl restart, the health GET
     for call in calls:

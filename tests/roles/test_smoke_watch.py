@@ -386,7 +386,14 @@ def test_judge_does_not_touch_the_host(host, monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("judge read the host")
 
-    for name in ("subprocess.run", "urllib.request.urlopen", "time.time", "os.listdir", "builtins.open"):
+    for name in (
+        "subprocess.run",
+        "urllib.request.urlopen",
+        "http.client.HTTPConnection.request",
+        "time.time",
+        "os.listdir",
+        "builtins.open",
+    ):
         monkeypatch.setattr(name, forbidden)
     assert sj.judge(snap, wanted()).state == "ok"
 

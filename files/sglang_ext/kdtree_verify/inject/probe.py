@@ -136,7 +136,7 @@ def format_table(report: dict[str, Any]) -> str:
     ]
     if report.get("error"):
         rows.append(("probe error", report["error"]))
-    width = max(len(name) for name, _ in rows)
+    width = max(len(name) for name, _value in rows)
     return "\n".join(f"{name.ljust(width)}  {value}" for name, value in rows)
 
 

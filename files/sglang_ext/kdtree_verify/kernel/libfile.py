@@ -32,7 +32,7 @@ MACHINES = {
     "s390x": (22, "S/390"),
     "riscv64": (243, "RISC-V"),
 }
-MACHINE_NAMES = {number: name for number, name in MACHINES.values()}
+MACHINE_NAMES = dict(MACHINES.values())
 _MAX_TABLE = 1 << 16  # entries read from a program or section header table at most
 
 

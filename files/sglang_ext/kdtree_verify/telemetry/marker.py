@@ -89,7 +89,7 @@ def parse_line(line: str) -> dict[str, str]:
         raise ValueError(f"not a kdtree-verify marker: {line!r}")
     out: dict[str, str] = {}
     for token in line[len(PREFIX) + 1 :].split(" "):
-        name, _, value = token.partition("=")
+        name, _sep, value = token.partition("=")
         out[name] = unescape(value)
     return out
 

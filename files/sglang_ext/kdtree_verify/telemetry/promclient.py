@@ -152,7 +152,7 @@ class Mirror:
         self._client = client
         self._seen: dict[tuple[int, tuple[str, ...]], float] = {}
         self._info: tuple[str, ...] | None = None
-        help_of = {name: text for name, (_, text) in metrics.FAMILIES.items()}
+        help_of = {name: text for name, (_kind, text) in metrics.FAMILIES.items()}
         counter, gauge = client.Counter, client.Gauge
         self.calls = counter(
             _base(metrics.CALLS), help_of[metrics.CALLS], ["pid", "path", "reason"], registry=None

@@ -1,0 +1,61 @@
+# Publishing checks (issue 20): what Galaxy / Automation Hub and the maintained ansible-core releases
+# ask of the collection. Venvs are cached under .cache/publish (scripts/publish/venv.sh; CI keeps .cache).
+.PHONY: test-publish publish-venvs test-publish-sanity test-publish-sanity-older test-publish-importer \
+	test-publish-docs test-publish-changelog test-publish-ee
+
+PUB := $(ROOT)/.cache/publish
+PUB_PYTHON ?= $(firstword $(wildcard /root/.pyenv/versions/3.12*/bin/python3.12) python3.12)
+PUB_OUT := $(ROOT)/build/publish
+PUB_TARBALL = $(PUB_OUT)/kdtree-fleet-$(shell sed -n 's/^version: *//p' galaxy.yml).tar.gz
+PUB_TIME = start=$$(date +%s); trap 'echo "$@: $$(( $$(date +%s) - start )) s"' EXIT;
+
+# The check venvs: ansible-core 2.19, 2.20, 2.21 (2.20 and 2.21 need a Python >= 3.12 controller:
+# PUB_PYTHON), the docs/changelog/builder tools (in 2.21's) and Galaxy's importer.
+publish-venvs:
+	@for kind in core-2.19 core-2.20 core-2.21 importer; do \
+	  scripts/publish/venv.sh $(PUB)/$$kind $$kind $(PUB_PYTHON); done
+
+# ansible-test sanity, every test, with the newest supported ansible-core (2.21), on the controller's
+# Python; then import and compile on Python 3.9, the oldest host Python (tests/config.yml).
+test-publish-sanity: publish-venvs
+	@$(PUB_TIME) scripts/publish/sanity.sh $(PUB)/core-2.21 --python 3.12 && \
+	  scripts/publish/sanity.sh $(PUB)/core-2.21 --python 3.9 --test import --test compile
+
+# The older maintained releases (2.19, 2.20): validate-modules, import, and ansible-doc of every plugin and role.
+test-publish-sanity-older: publish-venvs
+	@$(PUB_TIME) for core in 2.19 2.20; do \
+	  scripts/publish/sanity.sh $(PUB)/core-$$core --python 3.12 \
+	    --test validate-modules --test import --test ansible-doc || exit 1; \
+	  ANSIBLE_COLLECTIONS_PATH=$(ROOT)/collections $(PUB)/core-$$core/bin/ansible-doc -t role \
+	    $$(ls roles | sed 's/^/kdtree.fleet./') >/dev/null || exit 1; done
+
+# Galaxy's importer accepts the tarball (metadata, a README per role, the docs of every plugin and role).
+test-publish-importer: publish-venvs
+	@$(PUB_TIME) scripts/publish/build.sh $(PUB)/core-2.21 $(PUB_OUT) >/dev/null && \
+	  scripts/publish/importer.sh $(PUB)/importer $(PUB_TARBALL)
+
+# The docs the docs site renders (antsibull-docs), every filter documented (ansible-doc -t filter).
+test-publish-docs: publish-venvs
+	@$(PUB_TIME) PATH=$(PUB)/core-2.21/bin:$$PATH ANSIBLE_COLLECTIONS_PATH=$(ROOT)/collections \
+	  antsibull-docs lint-collection-docs --plugin-docs . && \
+	  ANSIBLE_COLLECTIONS_PATH=$(ROOT)/collections $(PUB)/core-2.21/bin/ansible-doc -t filter \
+	    $$(ls plugins/filter/*.yml | xargs -n1 basename | sed 's/\.yml$$//; s/^/kdtree.fleet./') >/dev/null
+
+# The changelog: changelogs/changelog.yaml and its fragments lint; CHANGELOG.md is what `generate` writes.
+test-publish-changelog: publish-venvs
+	@$(PUB_TIME) $(PUB)/core-2.21/bin/antsibull-changelog lint && mkdir -p $(PUB_OUT) && \
+	  cp CHANGELOG.md $(PUB_OUT)/CHANGELOG.md.before && $(PUB)/core-2.21/bin/antsibull-changelog generate && \
+	  if ! cmp -s $(PUB_OUT)/CHANGELOG.md.before CHANGELOG.md; then \
+	    diff -u CHANGELOG.md $(PUB_OUT)/CHANGELOG.md.before || true; cp $(PUB_OUT)/CHANGELOG.md.before CHANGELOG.md; \
+	    echo "CHANGELOG.md is not what antsibull-changelog generate writes: add a fragment, do not edit it" >&2; exit 1; fi
+
+# The execution environment definition builds a context (no image is built here: no container build).
+test-publish-ee: publish-venvs
+	@$(PUB_TIME) rm -rf $(PUB_OUT)/ee && $(PUB)/core-2.21/bin/ansible-builder create \
+	  -f meta/execution-environment.yml -c $(PUB_OUT)/ee >/dev/null && test -s $(PUB_OUT)/ee/Containerfile
+
+# Everything above (about 4 minutes on 2 cores with the venvs cached).
+test-publish: test-publish-sanity test-publish-sanity-older test-publish-importer test-publish-docs \
+	test-publish-changelog test-publish-ee
+
+TEST_TARGETS += test-publish
