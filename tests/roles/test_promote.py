@@ -419,8 +419,8 @@ def test_play_2_is_the_deploy_on_the_qualified_group_and_hosts_can_be_chosen(tmp
     assert plays[0][1:] == (["gpu-hosts"], ["g1", "g2"])
     assert plays[1][0] == "Deploy kdtree verify attention to SGLang hosts"
     assert plays[1][1:] == (["kdtree_promote_qualified"], ["g1"])
-    # the closing report covers every host judged, promoted or not
-    assert plays[-1][0] == "Report the fleet after the deploy (read-only)"
+    # the closing report (report.yml's play, which deploy.yml imports) covers every host judged
+    assert plays[-1][0] == "Report the kdtree state of SGLang hosts (read-only)"
     assert plays[-1][1:] == (["gpu-hosts"], ["g1", "g2"])
     out = _playbook(tmp_path, inventory, "--list-hosts", "-e", "kdtree_promote_hosts=canary")
     assert _plays(out.stdout)[0][1:] == (["canary"], ["g2"])

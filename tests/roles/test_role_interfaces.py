@@ -12,6 +12,8 @@ from conftest import ROLE_NAMES, ROLES, ROOT, load_yaml
 def test_every_role_is_found():
     assert ROLE_NAMES == [
         "kdtree_build",
+        "kdtree_common",
+        "kdtree_deploy",
         "kdtree_patch",
         "kdtree_report",
         "kdtree_rollback",
