@@ -15,6 +15,7 @@ def test_every_role_is_found():
         "kdtree_common",
         "kdtree_deploy",
         "kdtree_patch",
+        "kdtree_promote",
         "kdtree_report",
         "kdtree_rollback",
         "kdtree_service",
