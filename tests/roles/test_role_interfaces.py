@@ -146,7 +146,27 @@ def _unsafe_regex(path: str) -> re.Pattern[str]:
     return re.compile(match.group(1))
 
 
-@pytest.mark.parametrize("path", ["roles/kdtree_build/tasks/check.yml", "roles/kdtree_patch/tasks/check.yml"])
+def test_the_directory_safety_check_and_the_pruning_are_written_once():
+    """kdtree_common's safe_dirs and prune entry points; the build and patch roles call them."""
+    loops = sorted(
+        str(p.relative_to(ROOT)) for p in ROLES.rglob("*.yml") if '[ "$p" = / ] && break' in p.read_text()
+    )
+    assert loops == ["roles/kdtree_common/tasks/safe_dirs.yml"]
+    prunes = sorted(
+        str(p.relative_to(ROOT)) for p in ROLES.rglob("*.yml") if "sort(attribute='mtime'" in p.read_text()
+    )
+    assert prunes == ["roles/kdtree_common/tasks/prune.yml"]
+    for role, entry, called in [
+        ("kdtree_build", "check.yml", "safe_dirs"),
+        ("kdtree_patch", "check.yml", "safe_dirs"),
+        ("kdtree_build", "prune.yml", "prune"),
+        ("kdtree_patch", "prune.yml", "prune"),
+    ]:
+        imports = [t.get("ansible.builtin.import_role") for t in load_yaml(ROLES / role / "tasks" / entry)]
+        assert {"name": "kdtree.fleet.kdtree_common", "tasks_from": called} in imports, (role, entry)
+
+
+@pytest.mark.parametrize("path", ["roles/kdtree_common/tasks/safe_dirs.yml"])
 @pytest.mark.parametrize(
     ("line", "unsafe"),
     [
