@@ -146,6 +146,23 @@ def _unsafe_regex(path: str) -> re.Pattern[str]:
     return re.compile(match.group(1))
 
 
+def _handler_task_files(role: str) -> list[str]:
+    path = ROLES / role / "handlers" / "main.yml"
+    return [
+        t["ansible.builtin.include_tasks"]
+        for t in load_yaml(path) or []
+        if "ansible.builtin.include_tasks" in t
+    ]
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_task_files_that_handlers_include_import_no_role(role):
+    """A handler cannot import a role (ansible refuses it when the handler runs, not at parse time)."""
+    for name in _handler_task_files(role) if (ROLES / role / "handlers" / "main.yml").exists() else []:
+        for task in load_yaml(ROLES / role / "tasks" / name):
+            assert "ansible.builtin.import_role" not in task, (role, name, task.get("name"))
+
+
 def test_the_directory_safety_check_and_the_pruning_are_written_once():
     """kdtree_common's safe_dirs and prune entry points; the build and patch roles call them."""
     loops = sorted(
@@ -162,7 +179,8 @@ def test_the_directory_safety_check_and_the_pruning_are_written_once():
         ("kdtree_build", "prune.yml", "prune"),
         ("kdtree_patch", "prune.yml", "prune"),
     ]:
-        imports = [t.get("ansible.builtin.import_role") for t in load_yaml(ROLES / role / "tasks" / entry)]
+        tasks = load_yaml(ROLES / role / "tasks" / entry)
+        imports = [t.get("ansible.builtin.import_role", t.get("ansible.builtin.include_role")) for t in tasks]
         assert {"name": "kdtree.fleet.kdtree_common", "tasks_from": called} in imports, (role, entry)
 
 
