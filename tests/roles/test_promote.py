@@ -342,7 +342,12 @@ def test_unusable_settings_are_refused(count, tol):
 
 
 def test_the_defaults_are_not_restated_in_the_playbook_or_the_filter():
-    for path in (ROOT / "playbooks" / "promote.yml", ROOT / "plugins" / "filter" / "promote.py"):
+    role = ROOT / "roles" / "kdtree_promote"
+    for path in (
+        ROOT / "playbooks" / "promote.yml",
+        ROOT / "plugins" / "filter" / "promote.py",
+        *sorted(role.glob("*/main.yml")),
+    ):
         code = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
         assert not re.search(r"\b1000\b|\b0\.02\b", code), path
     assert not re.search(r"\b0\.02\b", (ROOT / "plugins" / "plugin_utils" / "_promote.py").read_text())
@@ -497,8 +502,8 @@ def test_play_2_is_the_deploy_on_the_qualified_group_and_hosts_can_be_chosen(tmp
     assert plays[0][1:] == (["gpu-hosts"], ["g1", "g2"])
     assert plays[1][0] == "Deploy kdtree verify attention to SGLang hosts"
     assert plays[1][1:] == (["kdtree_promote_qualified"], ["g1"])
-    # the closing report covers every host judged, promoted or not
-    assert plays[-1][0] == "Report the fleet after the deploy (read-only)"
+    # the closing report (report.yml's play, which deploy.yml imports) covers every host judged
+    assert plays[-1][0] == "Report the kdtree state of SGLang hosts (read-only)"
     assert plays[-1][1:] == (["gpu-hosts"], ["g1", "g2"])
     out = _playbook(tmp_path, inventory, "--list-hosts", "-e", "kdtree_promote_hosts=canary")
     assert _plays(out.stdout)[0][1:] == (["canary"], ["g2"])
@@ -522,7 +527,11 @@ def test_play_2_deploys_mode_on_with_the_deploy_s_own_flow():
         True,
     )
     assert "serial" not in judge_play  # the report collects every host's row once
-    group_by = [t for t in judge_play["tasks"] if "ansible.builtin.group_by" in t]
+    assert [t["ansible.builtin.import_role"] for t in judge_play["tasks"]] == [
+        {"name": "kdtree.fleet.kdtree_promote"}
+    ]
+    role_tasks = yaml.safe_load((ROOT / "roles" / "kdtree_promote" / "tasks" / "main.yml").read_text())
+    group_by = [t for t in role_tasks if "ansible.builtin.group_by" in t]
     assert group_by[0]["ansible.builtin.group_by"]["key"] == "kdtree_promote_qualified"
 
 

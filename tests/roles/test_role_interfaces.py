@@ -12,7 +12,10 @@ from conftest import ROLE_NAMES, ROLES, ROOT, load_yaml
 def test_every_role_is_found():
     assert ROLE_NAMES == [
         "kdtree_build",
+        "kdtree_common",
+        "kdtree_deploy",
         "kdtree_patch",
+        "kdtree_promote",
         "kdtree_report",
         "kdtree_rollback",
         "kdtree_service",
@@ -143,7 +146,48 @@ def _unsafe_regex(path: str) -> re.Pattern[str]:
     return re.compile(match.group(1))
 
 
-@pytest.mark.parametrize("path", ["roles/kdtree_build/tasks/check.yml", "roles/kdtree_patch/tasks/check.yml"])
+def _handler_task_files(role: str) -> list[str]:
+    path = ROLES / role / "handlers" / "main.yml"
+    return [
+        t["ansible.builtin.include_tasks"]
+        for t in load_yaml(path) or []
+        if "ansible.builtin.include_tasks" in t
+    ]
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_task_files_that_handlers_include_import_no_role(role):
+    """A handler cannot import a role (ansible refuses it when the handler runs, not at parse time)."""
+    for name in _handler_task_files(role) if (ROLES / role / "handlers" / "main.yml").exists() else []:
+        for task in load_yaml(ROLES / role / "tasks" / name):
+            assert "ansible.builtin.import_role" not in task, (role, name, task.get("name"))
+
+
+def test_the_directory_safety_check_and_the_pruning_are_written_once():
+    """kdtree_common's safe_dirs and prune entry points; the build and patch roles call them."""
+    loops = sorted(
+        str(p.relative_to(ROOT)) for p in ROLES.rglob("*.yml") if '[ "$p" = / ] && break' in p.read_text()
+    )
+    assert loops == ["roles/kdtree_common/tasks/safe_dirs.yml"]
+    prunes = sorted(
+        str(p.relative_to(ROOT)) for p in ROLES.rglob("*.yml") if "sort(attribute='mtime'" in p.read_text()
+    )
+    assert prunes == ["roles/kdtree_common/tasks/prune.yml"]
+    for role, entry, called in [
+        ("kdtree_build", "check.yml", "safe_dirs"),
+        ("kdtree_patch", "check.yml", "safe_dirs"),
+        ("kdtree_build", "apply.yml", "prune"),
+        ("kdtree_patch", "prune.yml", "prune"),
+    ]:
+        tasks = load_yaml(ROLES / role / "tasks" / entry)
+        calls = [
+            t.get("ansible.builtin.import_role") or t.get("ansible.builtin.include_role") or {} for t in tasks
+        ]
+        calls = [(c.get("name"), c.get("tasks_from")) for c in calls]
+        assert ("kdtree.fleet.kdtree_common", called) in calls, (role, entry)
+
+
+@pytest.mark.parametrize("path", ["roles/kdtree_common/tasks/safe_dirs.yml"])
 @pytest.mark.parametrize(
     ("line", "unsafe"),
     [
