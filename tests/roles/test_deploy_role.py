@@ -125,6 +125,18 @@ def _tasks(node):
             yield from _tasks(task.get(key))
 
 
+def _tasks_with_imports(tasks_dir, entry, tags=None):
+    """The tasks of tasks_dir/entry, with the tasks of the files it imports (import_tasks) in their
+    place; an imported task takes the tags of its import (as Ansible gives them)."""
+    for task in _tasks(load_yaml(tasks_dir / entry)):
+        inherited = sorted(set(task.get("tags") or []) | set(tags or []))
+        imported = task.get("ansible.builtin.import_tasks")
+        if imported:
+            yield from _tasks_with_imports(tasks_dir, imported, inherited)
+        else:
+            yield {**task, "tags": inherited} if tags else task
+
+
 # each fact check of steps.yml runs exactly when the step that publishes its facts runs (same tags)
 PRODUCERS = {
     "kdtree.fleet.kdtree_build (tasks_from check)": ("kdtree_build", "check.yml"),
@@ -141,7 +153,7 @@ def test_each_fact_check_carries_the_tags_of_the_tasks_that_publish_its_facts():
         role, entry = PRODUCERS[check["vars"]["_kdtree_deploy_producer"]]
         publishing = [
             t
-            for t in _tasks(load_yaml(ROLES / role / "tasks" / entry))
+            for t in _tasks_with_imports(ROLES / role / "tasks", entry)
             if set(t.get("ansible.builtin.set_fact", {})) & set(check["vars"]["_kdtree_deploy_facts"])
         ]
         published = {name for t in publishing for name in t["ansible.builtin.set_fact"]}

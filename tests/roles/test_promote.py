@@ -354,7 +354,7 @@ def test_the_defaults_are_not_restated_in_the_playbook_or_the_filter():
 
 
 def test_the_play_passes_the_patch_role_s_source_dir_to_both_verdicts():
-    text = (ROOT / "playbooks" / "promote.yml").read_text(encoding="utf-8")
+    text = (ROOT / "roles" / "kdtree_promote" / "tasks" / "main.yml").read_text(encoding="utf-8")
     assert text.count("patch_source=kdtree_patch_source_path") == 2
     facts = load_yaml(ROOT / "roles" / "kdtree_patch" / "tasks" / "facts.yml")
     published = facts[0]["ansible.builtin.set_fact"]
