@@ -107,7 +107,7 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     if not needles or not text:
         return text
     kept = [(index, char.lower()) for index, char in enumerate(text) if not char.isspace()]
-    squeezed = "".join(char for _, char in kept)
+    squeezed = "".join(char for _index, char in kept)
     hidden = [False] * len(text)
 
     def hide(start: int, end: int) -> None:  # squeezed positions [start, end)

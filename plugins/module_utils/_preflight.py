@@ -228,7 +228,7 @@ def parse_launch(argv: list[str]) -> Launch:
                     i += 1
                     break
             else:
-                name, _, value = arg.partition("=")
+                name, _sep, value = arg.partition("=")
                 launch.env_sets[name] = value
             i += 1
         argv = argv[i:]
@@ -721,7 +721,7 @@ def launch_facts(unit: Unit, exec_start_override: list[str]) -> dict[str, Any]:
     """
     unparsed: list[str] = []
     try:
-        argv, _ = exec_start(unit.settings, unit.name)
+        argv, _line = exec_start(unit.settings, unit.name)
         argv = exec_start_override or expand_exec_words(argv, unit_environment(unit))
     except (UnitSyntaxError, UnknownSpecifier) as exc:
         argv = exec_start_override

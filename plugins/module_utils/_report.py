@@ -296,7 +296,7 @@ def freshness(
     """(the status interval the unit runs with, {pid: statusdir.freshness_problem}) at the host's
     clock now; the interval is the main process's KDTREE_STATUS_INTERVAL read by the patch's
     config.py rules (its default when unset or refused)."""
-    interval, _ = statusdir.load_sibling("config").read_status_interval(env or {})
+    interval, _why = statusdir.load_sibling("config").read_status_interval(env or {})
     now = reader.now()
     return interval, {f["pid"]: statusdir.freshness_problem(f, now, interval) for f in files}
 

@@ -306,7 +306,7 @@ def systemctl_show(unit: str, *props: str) -> dict[str, str]:
     ).stdout
     result: dict[str, str] = {}
     for line in out.splitlines():
-        key, _, value = line.partition("=")
+        key, _sep, value = line.partition("=")
         result[key] = f"{result[key]}\n{value}" if key in result else value
     return result
 

@@ -65,7 +65,7 @@ def installed_version(venv: Venv, distribution: str) -> str:
             for line in handle:
                 if not line.strip():
                     break  # the headers end at the first empty line
-                key, _, value = line.partition(":")
+                key, _sep, value = line.partition(":")
                 if key == "Name":
                     name = value.strip()
                 elif key == "Version":

@@ -256,7 +256,7 @@ def main() -> None:
                     "build_root": {"type": "path", "required": True},
                     "patch_root": {"type": "path", "required": True},
                     "status_dir": {"type": "path", "required": True},
-                    "extra_keys": {"type": "list", "elements": "str", "default": []},
+                    "extra_keys": {"type": "list", "elements": "str", "default": [], "no_log": False},
                 },
             },
         },
