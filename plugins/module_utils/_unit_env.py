@@ -121,6 +121,14 @@ def _unescape(value: str, i: int, separators: bool = False) -> tuple[str, int]:
     raise UnitSyntaxError(f"an unknown escape \\{char}")
 
 
+def next_char(value: str, i: int, separators: bool = False) -> tuple[str, int]:
+    """The text of the character at value[i] inside a word (a C escape unescaped) and the index after it.
+    Raises UnitSyntaxError on an escape systemd refuses. `separators`: see _unescape."""
+    if value[i] == "\\":
+        return _unescape(value, i + 1, separators)
+    return value[i], i + 1
+
+
 def split_words(value: str, separators: bool = False) -> list[str]:
     """systemd's extract_first_word(UNQUOTE|CUNESCAPE) over a whole value: whitespace-separated words,
     "..." and '...' quotes (anywhere in a word), C escapes. Specifiers are left alone. Raises
@@ -138,23 +146,17 @@ def split_words(value: str, separators: bool = False) -> list[str]:
             if quote:
                 if char == quote:
                     quote, i = "", i + 1
-                elif char == "\\":
-                    text, i = _unescape(value, i + 1, separators)
-                    word.append(text)
                 else:
-                    word.append(char)
-                    i += 1
+                    text, i = next_char(value, i, separators)
+                    word.append(text)
                 continue
             if char in _WHITESPACE:
                 break
             if char in "\"'":
                 quote, started, i = char, True, i + 1
-            elif char == "\\":
-                text, i = _unescape(value, i + 1, separators)
-                word.append(text)
             else:
-                word.append(char)
-                i += 1
+                text, i = next_char(value, i, separators)
+                word.append(text)
         if quote:
             raise UnitSyntaxError(f"an unterminated {quote} quote")
         if word or started:

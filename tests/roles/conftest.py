@@ -23,18 +23,40 @@ ANSIBLE_BIN = Path(sys.executable).parent
 needs_ansible = pytest.mark.skipif(not (ANSIBLE_BIN / "ansible-doc").exists(), reason="needs the tools venv")
 
 
-def ansible_doc(*args: str) -> subprocess.CompletedProcess:
-    """ansible-doc with this worktree's ansible.cfg (the collection as Ansible finds it)."""
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+PLAYBOOK_BIN = ANSIBLE_BIN / "ansible-playbook"
+# the host arguments of a run on this machine: localhost through the local connection, with this Python
+ON_LOCALHOST = ("-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}")
+
+
+def run_ansible(
+    tool: str, *args: str, env: dict[str, str] | None = None, timeout: int = 180
+) -> subprocess.CompletedProcess:
+    """An Ansible command (ansible, ansible-playbook, ansible-doc) of the tools venv, run in this worktree
+    with its ansible.cfg (the collection as Ansible finds it), without colours; `env` adds to the
+    environment or overrides it. The result is returned whatever the exit status."""
+    full_env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", **(env or {}))
     return subprocess.run(
-        [str(ANSIBLE_BIN / "ansible-doc"), *args],
+        [str(ANSIBLE_BIN / tool), *args],
         capture_output=True,
         text=True,
-        env=env,
+        env=full_env,
         cwd=ROOT,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
+
+
+def run_play(
+    path: Path, play: dict, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Write one play to the playbook `path` and run it on localhost (ON_LOCALHOST) with run_ansible."""
+    path.write_text(yaml.safe_dump([play]))
+    return run_ansible("ansible-playbook", *ON_LOCALHOST, str(path), *extra, env=env)
+
+
+def ansible_doc(*args: str) -> subprocess.CompletedProcess:
+    """ansible-doc with this worktree's ansible.cfg (the collection as Ansible finds it)."""
+    return run_ansible("ansible-doc", *args, timeout=120)
 
 
 @functools.lru_cache(maxsize=1)

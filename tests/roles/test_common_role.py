@@ -7,52 +7,31 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-import yaml
 from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
-from conftest import ROOT
+from conftest import PLAYBOOK_BIN, run_play
 
-PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 pytestmark = pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv")
 
 
 def _run(tmp_path: Path, entry: str, role_vars: dict) -> tuple[int, str]:
-    playbook = tmp_path / "common.yml"
-    playbook.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "name": "Common role",
-                    "hosts": "localhost",
-                    "gather_facts": False,
-                    "module_defaults": {
-                        "kdtree.fleet.kdtree_history": {"path": str(tmp_path / "state.json")}
-                    },
-                    "tasks": [
-                        {
-                            "name": "Run the entry point",
-                            "ansible.builtin.import_role": {
-                                "name": "kdtree.fleet.kdtree_common",
-                                "tasks_from": entry,
-                            },
-                            "vars": role_vars,
-                        }
-                    ],
-                }
-            ]
-        )
-    )
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    out = subprocess.run(
-        [str(PLAYBOOK_BIN), "-i", "localhost,", "-c", "local",
-         "-e", f"ansible_python_interpreter={sys.executable}", str(playbook)],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=180, check=False,
-    )  # fmt: skip
+    play = {
+        "name": "Common role",
+        "hosts": "localhost",
+        "gather_facts": False,
+        "module_defaults": {"kdtree.fleet.kdtree_history": {"path": str(tmp_path / "state.json")}},
+        "tasks": [
+            {
+                "name": "Run the entry point",
+                "ansible.builtin.import_role": {"name": "kdtree.fleet.kdtree_common", "tasks_from": entry},
+                "vars": role_vars,
+            }
+        ],
+    }
+    out = run_play(tmp_path / "common.yml", play)
     return out.returncode, re.sub(r"\s+", " ", out.stdout + out.stderr)
 
 

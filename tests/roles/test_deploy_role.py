@@ -6,18 +6,14 @@ collection when a fact is renamed in it."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import ROLES, ROOT, load_yaml
+from conftest import PLAYBOOK_BIN, ROLES, ROOT, load_yaml, run_play
 
-PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 COPIED = ("roles", "plugins", "files", "meta", "galaxy.yml")
 SKIPPED_MSG = "the service and smoke steps are skipped: they need"
 
@@ -36,49 +32,22 @@ def _collection_copy(tmp_path: Path) -> Path:
 
 
 def _deploy(tmp_path: Path, *extra: str, collections: Path | None = None) -> subprocess.CompletedProcess:
-    playbook = tmp_path / "deploy.yml"
-    playbook.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "name": "Deploy role",
-                    "hosts": "localhost",
-                    "gather_facts": False,
-                    # the lock on this machine goes to a scratch file, not /var/lib/kdtree
-                    "module_defaults": {"kdtree.fleet.kdtree_lock": {"path": str(tmp_path / "lock.json")}},
-                    "tasks": [
-                        {
-                            "name": "Deploy",
-                            "ansible.builtin.import_role": {"name": "kdtree.fleet.kdtree_deploy"},
-                            "vars": {"kdtree_patch_root": "/nonexistent-kdtree-deploy-test/patches"},
-                        }
-                    ],
-                }
-            ]
-        )
-    )
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    if collections is not None:
-        env["ANSIBLE_COLLECTIONS_PATH"] = str(collections)
-    return subprocess.run(
-        [
-            str(PLAYBOOK_BIN),
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            str(playbook),
-            *extra,
+    play = {
+        "name": "Deploy role",
+        "hosts": "localhost",
+        "gather_facts": False,
+        # the lock on this machine goes to a scratch file, not /var/lib/kdtree
+        "module_defaults": {"kdtree.fleet.kdtree_lock": {"path": str(tmp_path / "lock.json")}},
+        "tasks": [
+            {
+                "name": "Deploy",
+                "ansible.builtin.import_role": {"name": "kdtree.fleet.kdtree_deploy"},
+                "vars": {"kdtree_patch_root": "/nonexistent-kdtree-deploy-test/patches"},
+            }
         ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=180,
-        check=False,
-    )
+    }
+    env = {"ANSIBLE_COLLECTIONS_PATH": str(collections)} if collections is not None else None
+    return run_play(tmp_path / "deploy.yml", play, *extra, env=env)
 
 
 @pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv")

@@ -96,6 +96,17 @@ def answer(status: str = "200 OK", body: bytes = b'{"text": "ok"}', headers: tup
     return script
 
 
+def trickling(length: int) -> Script:
+    """A RawServer answer: 200 with a body of `length` bytes, sent one byte each 0.2 s."""
+
+    def answer_slowly(_request: bytes) -> Iterator[bytes | float]:
+        for byte in f"HTTP/1.1 200 OK\r\nContent-Length: {length}\r\n\r\n".encode() + b"x" * length:
+            yield bytes([byte])
+            yield 0.2
+
+    return answer_slowly
+
+
 def fails(url: str, **kwargs) -> http_client.HttpFailure:
     kwargs.setdefault("timeout_s", 3)
     with pytest.raises(http_client.HttpFailure) as info:
@@ -156,12 +167,7 @@ def test_a_huge_body_is_refused_declared_or_not():
 
 
 def test_a_trickling_server_cannot_outlast_the_deadline():
-    def trickle(_r):
-        for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n" + b"x" * 50:
-            yield bytes([byte])
-            yield 0.2
-
-    with RawServer(trickle) as server:
+    with RawServer(trickling(50)) as server:
         started = time.monotonic()
         failure = fails(server.url, timeout_s=1.0)
         took = time.monotonic() - started
@@ -228,12 +234,7 @@ def test_a_long_error_body_never_leaks_a_prefix_of_the_key():
 
 
 def test_the_total_bound_holds_across_trickling_requests():
-    def trickle(_r):
-        for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n" + b"x" * 40:
-            yield bytes([byte])
-            yield 0.2
-
-    with RawServer(trickle) as server:
+    with RawServer(trickling(40)) as server:
         started = time.monotonic()
         req = traffic.Requests(count=5, health_url=server.url, timeout_s=30, total_timeout_s=1.0)
         with pytest.raises(traffic.TrafficError, match=r"1 s in total"):

@@ -43,12 +43,13 @@ def make_unit(
     return unit
 
 
-def checks(
-    unit: preflight.Unit, cc: str = "12.0", skip: list[str] | None = None
-) -> dict[str, preflight.Check]:
-    found = preflight.run_checks(
+def run_unit_checks(
+    unit: preflight.Unit, cc: str = "12.0", skip: list[str] | None = None, managed: list[str] = MANAGED
+) -> list[preflight.Check]:
+    """preflight.run_checks on `unit` as these tests run it: no probe, the sglang check skipped."""
+    return preflight.run_checks(
         unit,
-        managed_vars=MANAGED,
+        managed_vars=managed,
         exec_start_override=[],
         compute_capability=cc,
         served_backend="triton",
@@ -57,7 +58,12 @@ def checks(
         skip=["sglang", *(skip or [])],
         timeout_s=5,
     )
-    return {c.name: c for c in found}
+
+
+def checks(
+    unit: preflight.Unit, cc: str = "12.0", skip: list[str] | None = None
+) -> dict[str, preflight.Check]:
+    return {c.name: c for c in run_unit_checks(unit, cc, skip)}
 
 
 def test_a_plain_stock_unit_passes_every_unit_check(tmp_path):
@@ -231,17 +237,7 @@ def test_the_scheduler_count_follows_the_whole_launch_configuration(tmp_path, ar
 def test_a_size_that_does_not_parse_is_refused_not_taken_as_one(tmp_path):
     unit = make_unit(tmp_path, STOCK.replace("--tp-size 8", "--tp-size eight"))
     assert preflight.launch_facts(unit, [])["unparsed"] == ["--tp-size eight"]
-    found = preflight.run_checks(
-        unit,
-        managed_vars=MANAGED,
-        exec_start_override=[],
-        compute_capability="12.0",
-        served_backend="triton",
-        supported_versions=("0.5.23",),
-        probe_env=None,
-        skip=["sglang"],
-        timeout_s=5,
-    )
+    found = run_unit_checks(unit)
     assert [c.ok for c in found if "cannot read --tp-size eight" in c.message] == [False]
 
 

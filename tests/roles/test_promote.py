@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import os
 import re
 import subprocess
 import sys
@@ -26,10 +25,9 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.kdtree.fleet.plugins.filter import promote as promote_filter
 from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _promote as promote
-from conftest import PATCH_DIR, ROOT, load_yaml
+from conftest import PATCH_DIR, PLAYBOOK_BIN, ROOT, load_yaml, run_ansible
 from test_report import counters, gather, health_server, host, status  # noqa: F401 (fixtures)
 
-PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 T0 = 1_790_000_000.0  # the deploy's start (epoch s) in the rows below
 STARTED = time.strftime(promote.HISTORY_TIME, time.gmtime(T0))
 
@@ -461,15 +459,8 @@ def _inventory(tmp_path: Path, groups: dict) -> Path:
 
 
 def _playbook(tmp_path: Path, inventory: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    return subprocess.run(
-        [str(PLAYBOOK_BIN), "-i", str(inventory), str(ROOT / "playbooks" / "promote.yml"), *extra],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-        check=False,
+    return run_ansible(
+        "ansible-playbook", "-i", str(inventory), str(ROOT / "playbooks" / "promote.yml"), *extra, timeout=300
     )
 
 

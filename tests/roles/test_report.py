@@ -33,9 +33,8 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import (
 )
 from ansible_collections.kdtree.fleet.plugins.modules import kdtree_report
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
-from conftest import PATCH_DIR, ROOT
+from conftest import PATCH_DIR, PLAYBOOK_BIN, ROOT, run_ansible
 
-PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 CGROUP = "/system.slice/sglang-test.service"
 NCCL = {"NCCL_P2P_LEVEL": "SYS", "NCCL_ALGO": "Ring"}
 
@@ -727,25 +726,16 @@ def run_report(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
             }
         )
     )
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    return subprocess.run(
-        [
-            str(PLAYBOOK_BIN),
-            "-i",
-            str(inventory),
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            "-e",
-            "ansible_become=false",  # no sudo here; the play's become is for real hosts
-            str(ROOT / "playbooks" / "report.yml"),
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=180,
-        check=False,
+    return run_ansible(
+        "ansible-playbook",
+        "-i",
+        str(inventory),
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        "-e",
+        "ansible_become=false",  # no sudo here; the play's become is for real hosts
+        str(ROOT / "playbooks" / "report.yml"),
+        *extra,
     )
 
 

@@ -7,10 +7,6 @@ from __future__ import annotations
 import copy
 import importlib
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -18,11 +14,19 @@ import yaml
 from ansible.errors import AnsibleActionFail
 from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_check as sc
 from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_run import RUN_OPTION, RUN_SUBOPTIONS
-from conftest import PATCH_DIR, ROOT, ansible_doc, needs_ansible, rendered_docs
+from conftest import (
+    ANSIBLE_BIN,
+    ON_LOCALHOST,
+    PATCH_DIR,
+    ROOT,
+    ansible_doc,
+    needs_ansible,
+    rendered_docs,
+    run_ansible,
+)
 
 INVOCATION = "0123456789abcdef0123456789abcdef"
 T0 = 1_764_490_000.0
-ANSIBLE_BIN = Path(sys.executable).parent
 SMOKE_UTILS = sorted((ROOT / "plugins" / "module_utils").glob("_smoke_*.py"))
 
 
@@ -391,36 +395,21 @@ def test_action_has_no_unused_names(action):
 
 
 def adhoc(args: dict, *extra: str) -> tuple[int, dict]:
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal",
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-        ANSIBLE_NOCOLOR="1",
-    )
-    out = subprocess.run(
-        [
-            str(ANSIBLE_BIN / "ansible"),
-            "localhost",
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            "-m",
-            "kdtree.fleet.kdtree_smoke",
-            "-a",
-            json.dumps(args),
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=180,
-        check=False,
+    result_as_json = {
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.minimal",
+        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+    }
+    out = run_ansible(
+        "ansible",
+        "localhost",
+        *ON_LOCALHOST,
+        "-m",
+        "kdtree.fleet.kdtree_smoke",
+        "-a",
+        json.dumps(args),
+        *extra,
+        env=result_as_json,
     )
     text = out.stdout
     return out.returncode, json.loads(text[text.index(" => {") + 4 :])

@@ -3,60 +3,34 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PATCH_DIR, ROOT
+from conftest import PATCH_DIR, PLAYBOOK_BIN, ROOT, run_play
 
-PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 INPUTS = {"kdtree_smoke_service_name": "sglang-test", "kdtree_smoke_health_url": "http://127.0.0.1:1/health"}
 
 pytestmark = pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv")
 
 
 def play(tmp_path: Path, role_vars: dict, *extra: str) -> subprocess.CompletedProcess:
-    playbook = tmp_path / "smoke.yml"
-    playbook.write_text(
-        yaml.safe_dump(
-            [
+    return run_play(
+        tmp_path / "smoke.yml",
+        {
+            "name": "Smoke role",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "tasks": [
                 {
-                    "name": "Smoke role",
-                    "hosts": "localhost",
-                    "gather_facts": False,
-                    "tasks": [
-                        {
-                            "name": "Run the role",
-                            "ansible.builtin.import_role": {"name": "kdtree.fleet.kdtree_smoke"},
-                            "vars": role_vars,
-                        }
-                    ],
+                    "name": "Run the role",
+                    "ansible.builtin.import_role": {"name": "kdtree.fleet.kdtree_smoke"},
+                    "vars": role_vars,
                 }
-            ]
-        )
-    )
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    return subprocess.run(
-        [
-            str(PLAYBOOK_BIN),
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            str(playbook),
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=180,
-        check=False,
+            ],
+        },
+        *extra,
     )
 
 

@@ -8,6 +8,7 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import _preflight as 
 from ansible_collections.kdtree.fleet.plugins.module_utils import _unit_env as unit_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_preflight import run_unit_checks
 
 # the characters that matter to systemd's syntax, plus some of everything else
 SYNTAX = st.sampled_from([*list(" \t\\\"'%$#;={}[]@-+!:|\n"), "%h", "%n", "%%", "${A}", "$A", "\\x4", "\\"])
@@ -26,17 +27,7 @@ def test_any_unit_gives_a_verdict_or_a_clear_refusal(tmp_path_factory, lines, ta
     unit = preflight.Unit("sglang.service", str(path), [], ours="50-kdtree.conf")
     unit.show = {"StandardOutput": "journal", "StandardError": "inherit"}
     unit.settings = unit_env.service_settings(Path(path).read_text(encoding="utf-8"), str(path))
-    found = preflight.run_checks(
-        unit,
-        managed_vars=["PYTHONPATH", "KDTREE_VERIFY"],
-        exec_start_override=[],
-        compute_capability="12.0",
-        served_backend="triton",
-        supported_versions=("0.5.23",),
-        probe_env=None,
-        skip=["sglang"],
-        timeout_s=5,
-    )
+    found = run_unit_checks(unit, managed=["PYTHONPATH", "KDTREE_VERIFY"])
     assert found and all(isinstance(c.ok, bool) and c.message for c in found)
     facts = preflight.launch_facts(unit, [])
     assert isinstance(facts["schedulers"], int)
