@@ -287,7 +287,7 @@ MUTANTS = (
     ),
     Mutant(
         "history-unlocked-write",
-        "plugins/modules/kdtree_history.py",
+        "plugins/module_utils/_history_call.py",
         "run",
         r"with history\.locked\(path\):",
         "with open(os.devnull):",

@@ -166,75 +166,9 @@ referenced:
   sample: {build_ids: [sm_120a-1a2b3c4d5e6f], patch_dirs: [/opt/kdtree/patches/0123456789abcdef]}
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
-
-
-def _live_digest(path: str | None) -> str:
-    """sha256 of the live drop-in's bytes ("" when none): any bytes, UTF-8 or not, have one."""
-    if not path:
-        return ""
-    try:
-        with open(path, "rb") as handle:
-            return history.digest(handle.read())
-    except FileNotFoundError:
-        return ""
-
-
-def _change(params: dict, check_mode: bool, entries: list, out: dict) -> list:
-    action = params["action"]
-    if action == "begin":
-        out["entry"] = history.begin(entries, params["record"] or {})
-        out["changed"] = True
-    elif action == "finish":
-        if not params.get("id") or not params.get("result"):
-            raise history.HistoryError("action=finish needs id and result")
-        extra = {"rolled_back_to": params["rolled_back_to"]} if params["rolled_back_to"] else {}
-        if check_mode and params["id"] not in {e.get("id") for e in entries}:
-            out["entry"] = {"id": params["id"], "result": params["result"], "why": params["why"], **extra}
-        else:
-            out["entry"] = history.finish(entries, params["id"], params["result"], params["why"], **extra)
-        out["changed"] = True
-    return history.trim(entries, params["keep"])
-
-
-def run(params: dict, check_mode: bool) -> dict:
-    """The module's work, apart from AnsibleModule (tests call this)."""
-    path = params["path"]
-    history.check_dir(os.path.dirname(path) or ".")
-    live = _live_digest(params.get("dropin_path"))
-    out: dict = {"changed": False}
-    if params["action"] == "read" or check_mode:
-        entries = _change(params, check_mode, history.load(path), out)
-    else:
-        with history.locked(path):  # read-modify-write: a concurrent writer waits, loses nothing
-            entries = _change(params, check_mode, history.load(path), out)
-            history.save(path, entries)
-    good = history.last_good(entries, params.get("unlike_digest") or live)
-    out.update(
-        entries=entries,
-        last_good=good,
-        live_dropin_digest=live,
-        referenced=history.referenced(entries),
-    )
-    restore = params.get("restore")
-    if restore and good is not None:
-        try:
-            out["last_good_fields"] = history.restore_fields(
-                good,
-                restore["build_root"],
-                restore["patch_root"],
-                restore["status_dir"],
-                list(restore.get("extra_keys") or []),
-            )
-            out["last_good_refusal"] = ""
-        except history.HistoryError as exc:
-            out["last_good_fields"], out["last_good_refusal"] = None, str(exc)
-    elif restore:
-        out["last_good_fields"], out["last_good_refusal"] = None, ""
-    return out
+from ansible_collections.kdtree.fleet.plugins.module_utils._history_call import run
 
 
 def main() -> None:
