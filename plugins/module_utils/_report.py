@@ -4,7 +4,9 @@ gather() is the kdtree_report module's work: the unit's state (`systemctl show` 
 unit_env.systemctl_show), the health answer and who holds its port, the deploy history
 (history.load, the one reader of its format), the patch's status files of the unit's live processes
 (`<status_dir>/<pid>.json`), the main process's NCCL_* environment and command line, and the GPU's
-compute capability. Every host read goes through a HostReader, so tests hand it a fake; every
+compute capability, and the mean accept length SGLang publishes on its /metrics
+(`sglang:spec_accept_length`, when the unit runs speculative decoding). Every host read goes through
+a HostReader, so tests hand it a fake; every
 command it runs has a timeout. Nothing is written. This file is the one owner of a row's fields.
 
 A zero kernel count comes with why (kernel_note(): mode off, no --speculative-algorithm on the
@@ -35,6 +37,7 @@ import os
 import shutil
 import subprocess
 import time
+import urllib.parse
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +54,7 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import (
 from ansible_collections.kdtree.fleet.plugins.module_utils import (
     _unit_env as unit_env,
 )
+from ansible_collections.kdtree.fleet.plugins.module_utils._http_client import HttpFailure, request
 
 SHOW_PROPS = ("ActiveState", "SubState", "MainPID", "ExecMainStartTimestamp", "ControlGroup")
 NVIDIA_SMI_TIMEOUT_S = 10.0
@@ -63,6 +67,11 @@ NONE = "-"
 # prefix of it down to SPECULATIVE_FLAG_PREFIX (shorter ones are ambiguous: --speculative-accept-...).
 SPECULATIVE_FLAG = "--speculative-algorithm"
 SPECULATIVE_FLAG_PREFIX = "--speculative-al"
+# SGLang's own gauge of the mean accept length (accepted drafts + the bonus token per verify step), on
+# the server's /metrics with --enable-metrics; 0 until SGLang has logged a decode step.
+ACCEPT_LENGTH_METRIC = "sglang:spec_accept_length"
+METRICS_PATH = "/metrics"
+METRICS_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -113,6 +122,14 @@ class HostReader:
 
     def health_owner(self, url: str, unit: str, pids: list[int]) -> str:
         return smoke_host.health_owner(url, unit, pids)
+
+    def metrics(self, url: str) -> str:
+        """The server's Prometheus text at `url`, through the one bounded HTTP client (raises ValueError
+        with the client's reason when it cannot be read)."""
+        try:
+            return request("GET", url, timeout_s=METRICS_TIMEOUT_S).body.decode("utf-8", "replace")
+        except HttpFailure as exc:
+            raise ValueError(exc.reason) from exc
 
     def history(self, path: str) -> list[dict[str, Any]]:
         return history.load(path)
@@ -445,6 +462,40 @@ def speculative_algorithm(args: list[str]) -> str | None:
     return found
 
 
+def metrics_url(health_url: str) -> str:
+    """The server's /metrics URL next to its health URL (same scheme, host and port)."""
+    parts = urllib.parse.urlsplit(health_url)
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, METRICS_PATH, "", ""))
+
+
+def accept_length(text: str) -> float | None:
+    """SGLang's mean accept length from its /metrics text: the mean over the gauge's series (one per
+    TP/PP rank) that are above 0; None when the gauge is absent or still 0 (nothing published yet)."""
+    values = []
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name != ACCEPT_LENGTH_METRIC:
+            continue
+        try:
+            value = float(line.rsplit(" ", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        if value > 0:
+            values.append(value)
+    return round(sum(values) / len(values), 3) if values else None
+
+
+def _accept_length(reader: HostReader, query: Query, speculative: str | None) -> float | None:
+    """The accept length SGLang publishes, when the unit runs speculative decoding and answers; a
+    server without --enable-metrics (404) or not answering gives None, never a problem."""
+    if not speculative or not query.health_url:
+        return None
+    try:
+        return accept_length(reader.metrics(metrics_url(query.health_url)))
+    except (OSError, ValueError):
+        return None
+
+
 def kernel_note(
     kernel_calls: int | None,
     fallbacks: int | None,
@@ -575,6 +626,7 @@ def gather(query: Query, reader: HostReader | None = None) -> dict[str, Any]:
     command = reader.cmdline(main_pid) if main_pid else []
     rank = node_rank(command)
     speculative = speculative_algorithm(command)
+    accept = _accept_length(reader, query, speculative)
     health = ""
     if query.health_url:
         health = health_word(reader.health(query.health_url))
@@ -617,6 +669,7 @@ def gather(query: Query, reader: HostReader | None = None) -> dict[str, Any]:
         "health": health,
         "node_rank": rank,
         "speculative_algorithm": speculative,
+        "spec_accept_length": accept,
         "arch": gpu.get("arch", ""),
         "compute_capability": gpu.get("compute_capability", ""),
         "deployed": entry is not None,

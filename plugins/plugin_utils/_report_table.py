@@ -27,6 +27,8 @@ COLUMNS = (
     ("build", "BUILD"),
     ("patch", "PATCH"),
     ("mode", "MODE"),
+    ("algo", "ALGO"),
+    ("accept", "ACCEPT"),
     ("unit", "UNIT"),
     ("health", "HEALTH"),
     ("patched", "PATCHED"),
@@ -75,6 +77,18 @@ def _fallbacks(item: dict[str, Any]) -> str:
     return f"{text} ({item['fallback_top_reason']})" if item.get("fallback_top_reason") else text
 
 
+def _algo(row: dict[str, Any]) -> str:
+    """The unit's --speculative-algorithm (module_utils/_report.speculative_algorithm): "none" for an
+    SGLang launch without it, NONE when the command line cannot say."""
+    algo = row.get("speculative_algorithm")
+    return NONE if algo is None else (algo or "none")
+
+
+def _accept(row: dict[str, Any]) -> str:
+    value = row.get("spec_accept_length")
+    return NONE if value is None else f"{value:.2f}"
+
+
 def cells(row: dict[str, Any]) -> dict[str, str]:
     """A host's line: one text per COLUMNS key."""
     if "unit" not in row:  # no row from the host (rows() made one): only its name and why
@@ -110,6 +124,8 @@ def cells(row: dict[str, Any]) -> dict[str, str]:
         "build": row.get("build_id") or NONE,
         "patch": row.get("patch_digest") or NONE,
         "mode": row.get("mode") or NONE,
+        "algo": _algo(row),
+        "accept": _accept(row),
         "unit": row.get("unit_state") or NONE,
         "health": health,
         "patched": f"{row.get('schedulers_patched', 0)}/{expected if expected else NONE}",

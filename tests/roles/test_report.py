@@ -539,6 +539,71 @@ def test_a_host_without_verify_calls_says_why_in_its_row_its_schedulers_and_the_
     assert re.split(r"\s{2,}", host_line)[1] == "ok"
 
 
+METRICS_TEXT = """# HELP sglang:spec_accept_length Mean acceptance length of speculative decoding.
+# TYPE sglang:spec_accept_length gauge
+sglang:spec_accept_length{engine_type="unified",model_name="/m",tp_rank="0"} 3.5
+sglang:spec_accept_length{engine_type="unified",model_name="/m",tp_rank="1"} 2.5
+sglang:spec_accept_rate{engine_type="unified",model_name="/m",tp_rank="0"} 0.9
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        pytest.param(METRICS_TEXT, 3.0, id="mean-over-ranks"),
+        pytest.param(
+            METRICS_TEXT.replace("3.5", "0.0").replace("2.5", "0.0"), None, id="zero-is-not-published-yet"
+        ),
+        pytest.param("sglang:spec_accept_rate 0.5\n", None, id="absent"),
+        pytest.param('sglang:spec_accept_length{x="1"} nan-ish\n', None, id="unreadable-value"),
+    ],
+)
+def test_the_accept_length_is_sglangs_own_gauge(text, value):
+    assert report.accept_length(text) == value
+
+
+def test_the_metrics_url_is_next_to_the_health_url():
+    assert report.metrics_url("http://127.0.0.1:30000/health") == "http://127.0.0.1:30000/metrics"
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "algo", "accept"),
+    [(ENGINE_CMDLINE, "NGRAM", "3.00"), (DOUBLE_CMDLINE, "none", "-"), (["/bin/sh", "-c", "x"], "-", "-")],
+    ids=["speculative", "no-speculative-decoding", "cannot-say"],
+)
+def test_the_table_shows_the_units_algorithm_and_sglangs_accept_length(
+    host, monkeypatch, cmdline, algo, accept
+):
+    host.deploy()
+    host.write_status(host.tp0.pid, status(host.tp0.pid, counters=counters(5, {})))
+    monkeypatch.setattr(FixtureReader, "cmdline", lambda self, pid: list(cmdline))
+    asked = []
+    monkeypatch.setattr(
+        FixtureReader, "metrics", lambda self, url: asked.append(url) or METRICS_TEXT, raising=False
+    )
+    row = gather(host, "http://127.0.0.1:30000/health")
+    assert row["spec_accept_length"] == (3.0 if accept != "-" else None)
+    assert asked == (
+        ["http://127.0.0.1:30000/metrics"] if algo not in ("none", "-") else []
+    )  # only when speculative
+    table = report_filter.kdtree_report_table(report_filter.kdtree_report_rows([{"row": row}], ["gpu-1"]))
+    header, host_line, *_ = table.splitlines()
+    cells = dict(zip(re.split(r"\s{2,}", header), re.split(r"\s{2,}", host_line), strict=False))
+    assert (cells["ALGO"], cells["ACCEPT"]) == (algo, accept)
+
+
+def test_a_server_without_metrics_gives_no_accept_length_and_no_problem(host, monkeypatch, health_server):
+    host.deploy()
+    monkeypatch.setattr(FixtureReader, "cmdline", lambda self, pid: list(ENGINE_CMDLINE))
+    row = gather(host, health_server)  # answers every GET with an empty body
+    assert row["spec_accept_length"] is None and not any("metrics" in p for p in row["problems"])
+    monkeypatch.setattr(
+        FixtureReader, "metrics", lambda self, url: (_ for _ in ()).throw(OSError("404")), raising=False
+    )
+    row = gather(host, health_server)
+    assert row["spec_accept_length"] is None and not any("metrics" in p for p in row["problems"])
+
+
 def test_kernel_calls_above_zero_carry_no_why(host, monkeypatch):
     host.deploy()
     host.write_status(host.tp0.pid, status(host.tp0.pid, counters=counters(5, {})))
@@ -564,6 +629,8 @@ def _row(host: str, **over) -> dict:
         "build_id": "0123456789abcdef",
         "patch_digest": "fedcba987654",
         "mode": "validate",
+        "speculative_algorithm": "DFLASH",
+        "spec_accept_length": 2.5,
         "marker_state": "active",
         "schedulers_patched": 8,
         "schedulers_expected": 8,
@@ -615,13 +682,15 @@ def test_the_table_has_a_column_per_field_and_one_aligned_line_per_host():
         for start in starts[1:]:
             assert line[start - 2 : start] == "  " and line[start] != " ", (line, start)
     cells1 = re.split(r"\s{2,}", first)
-    assert cells1[:10] == [
+    assert cells1[:12] == [
         "gpu-node-01.example.internal",
         "ok",
         "sm_120a/12.0",
         "0123456789abcdef",
         "fedcba987654",
         "validate",
+        "DFLASH",
+        "2.50",
         "active/running",
         "ok",
         "8/8",
