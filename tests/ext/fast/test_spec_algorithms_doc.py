@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from extlib import FakeTensor
 from kdtree_verify import dispatch
+from kdtree_verify.kernel.shapes import HEAD_DIM_QK, HEAD_DIM_V
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 from test_patch_double import RecordingKernel, make_backend, mla_layer
 
@@ -44,7 +45,7 @@ def reason_of(mode: ForwardMode, *, draft: bool, mask: bool, monkeypatch) -> str
     backend = make_backend(is_draft=draft, use_mla=True)
     if not mask:
         backend.forward_metadata.custom_mask = None
-    q, k, v = FakeTensor((T, H, 576)), FakeTensor((T, 1, 576)), FakeTensor((T, 1, 512))
+    q, k, v = FakeTensor((T, H, HEAD_DIM_QK)), FakeTensor((T, 1, HEAD_DIM_QK)), FakeTensor((T, 1, HEAD_DIM_V))
     batch = ForwardBatch(forward_mode=mode, batch_size=2, out_cache_loc="slots")
     return dispatch.unsupported_reason(backend, q, k, v, mla_layer(), batch, None, None, None)
 
