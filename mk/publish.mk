@@ -11,9 +11,11 @@ PUB_TIME = start=$$(date +%s); trap 'echo "$@: $$(( $$(date +%s) - start )) s"' 
 
 # The check venvs: ansible-core 2.19, 2.20, 2.21 (2.20 and 2.21 need a Python >= 3.12 controller:
 # PUB_PYTHON), the docs/changelog/builder tools (in 2.21's) and Galaxy's importer.
+# Built side by side (pip downloads and installs overlap; each venv has its own lock), then all waited for.
 publish-venvs:
-	@for kind in core-2.19 core-2.20 core-2.21 importer; do \
-	  scripts/publish/venv.sh $(PUB)/$$kind $$kind $(PUB_PYTHON); done
+	@pids=(); for kind in core-2.19 core-2.20 core-2.21 importer; do \
+	  scripts/publish/venv.sh $(PUB)/$$kind $$kind $(PUB_PYTHON) & pids+=($$!); done; \
+	  for pid in "$${pids[@]}"; do wait "$$pid"; done
 
 # ansible-test sanity, every test, with the newest supported ansible-core (2.21), on the controller's
 # Python; then import and compile on Python 3.9, the oldest host Python (tests/config.yml).
