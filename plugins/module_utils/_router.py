@@ -168,31 +168,37 @@ class Router:
             self._sleep(POLL_S)
 
 
-def check_share(workers: list[Worker], draining: list[str], max_share: float) -> dict:
-    """The safety rule, before any worker of `draining` (worker URLs, one batch) is removed: at most
-    floor(max_share x healthy workers) of the router's healthy workers leave at once (at least one
-    when max_share > 0), and at least one healthy worker stays. Returns the counts; DrainUnsafe."""
+def check_share(workers: list[Worker], draining: list[str], max_share: float, out: list[str] = ()) -> dict:
+    """The safety rule, before the workers `draining` (worker URLs) are removed: at most
+    floor(max_share x the healthy pool) are out of the router at once (at least one when max_share > 0),
+    and at least one healthy worker stays. The pool is the router's healthy workers plus `out`, the
+    workers this run already removed and has not added back (they count as leaving too). Returns the
+    counts; DrainUnsafe."""
     if not 0.0 < max_share <= 1.0:
         raise DrainUnsafe(f"the share of healthy workers to drain must be in (0, 1], got {max_share!r}")
+    gone = {normalize(u) for u in out}
     healthy = {w.url for w in workers if w.healthy}
-    leaving = sorted({normalize(u) for u in draining} & healthy)
-    allowed = max(1, math.floor(max_share * len(healthy) + 1e-9))
-    counts = {"healthy": len(healthy), "draining": len(leaving), "allowed": allowed}
-    if leaving and len(healthy) - len(leaving) < 1:
+    pool = healthy | gone
+    leaving = ({normalize(u) for u in draining} & healthy) | gone
+    allowed = max(1, math.floor(max_share * len(pool) + 1e-9))
+    counts = {"healthy": len(pool), "draining": len(leaving), "allowed": allowed}
+    if leaving and len(pool) - len(leaving) < 1:
         raise DrainUnsafe(
-            f"refusing to drain {len(leaving)} of the router's {len(healthy)} healthy workers: "
+            f"refusing to drain {len(leaving)} of the router's {len(pool)} healthy workers: "
             "none would be left"
         )
     if len(leaving) > allowed:
         raise DrainUnsafe(
-            f"refusing to drain {len(leaving)} of the router's {len(healthy)} healthy workers at once: "
+            f"refusing to drain {len(leaving)} of the router's {len(pool)} healthy workers at once: "
             f"at most {allowed} (share {max_share:g}); make the batches smaller (serial) or raise the share"
         )
     return counts
 
 
 def in_flight(server_url: str, timeout_s: float, api_key: str = "", request=http_client.request) -> int:
-    """Requests running or waiting on a host's SGLang, from its GET /v1/loads (every dp rank)."""
+    """Requests running or waiting on a host's SGLang, from its GET /v1/loads (every dp rank); 0 when
+    the connection is refused (no server listens: a crashed or stopped unit). Any other failure or an
+    odd answer is a RouterError, never 0."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         answer = request(
@@ -204,6 +210,8 @@ def in_flight(server_url: str, timeout_s: float, api_key: str = "", request=http
         )
         data = json.loads(answer.body)
     except http_client.HttpFailure as exc:
+        if "ConnectionRefusedError" in exc.reason:
+            return 0  # nothing listens on the port: no process to have a request in flight
         raise RouterError(f"SGLang GET /v1/loads: {exc.reason}") from None
     except ValueError:
         raise RouterError("SGLang GET /v1/loads: answer is not JSON") from None
