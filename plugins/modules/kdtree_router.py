@@ -84,7 +84,9 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    details: V(workers), V(check) and V(wait_idle) only read and run as usual; V(remove) and V(add) say what they would do.
+    details: >-
+      V(workers), V(check) and V(wait_idle) only read and run as usual; V(remove) and V(add) say what
+      they would do.
   diff_mode:
     support: none
     details: The router's worker list is not configuration.
@@ -129,6 +131,8 @@ waited_s:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kdtree.fleet.plugins.module_utils import _router as router
+
+ACTIONS = ("workers", "check", "remove", "add", "wait_idle")
 
 
 def run(p: dict, check_mode: bool) -> tuple[dict, list[str]]:
@@ -176,7 +180,7 @@ def run(p: dict, check_mode: bool) -> tuple[dict, list[str]]:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "action": {"type": "str", "required": True, "choices": ["workers", "check", "remove", "add", "wait_idle"]},
+            "action": {"type": "str", "required": True, "choices": list(ACTIONS)},
             "router_url": {"type": "str", "default": ""},
             "api_key": {"type": "str", "default": "", "no_log": True},
             "worker_url": {"type": "str", "default": ""},
