@@ -39,7 +39,7 @@ def _play(tmp: Path, entries: str, hosts: str, extra: dict, doubles, limit: str 
         {
             "name": f"Drain entry point {entry}",
             "ansible.builtin.include_role": {"name": "kdtree.fleet.kdtree_drain", "tasks_from": entry},
-            "vars": {"kdtree_drain_server_url": "{{ _server }}"},
+            "vars": {"kdtree_drain_health_url": "{{ _server }}/health"},
         }
         for entry in entries.split(",")
     ]
