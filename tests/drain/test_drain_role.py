@@ -105,6 +105,9 @@ def test_refuse_a_batch_over_the_share_then_drain_and_rejoin_one_host(fleet, tmp
 
 def test_recover_keeps_an_unhealthy_host_out_and_rejoins_it_once_healthy(fleet, tmp_path: Path) -> None:
     rtr, doubles = fleet(hosts=2)
+    # no record (every deploy and rollback of a host never drained): nothing to do, nothing changed
+    rc, text = _play(tmp_path, "recover", "all", {}, doubles, limit="h0")
+    assert rc == 0 and "changed=0" in text and "failed=0" in text, text
     rc, text = _play(tmp_path, "drain", "all", _router_vars(rtr), doubles, limit="h0")
     assert rc == 0, text
     # the run is killed here, and the host's SGLang is down; the next run starts with recover (drain off)
