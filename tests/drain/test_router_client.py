@@ -148,6 +148,12 @@ def test_in_flight_refuses_odd_evidence_and_counts_a_refused_port_as_idle() -> N
     for body in (b"[]", b"{}", b'{"loads": []}', b'{"loads": [{"num_running_reqs": -1}]}', b"nope"):
         with pytest.raises(router.RouterError, match="/v1/loads"):
             router.in_flight("http://h:1", 1, request=answer(body))
+
+    def failing(*args, **kwargs):
+        raise http_client.HttpFailure("answered 503: busy", 503)
+
+    with pytest.raises(router.RouterError, match="answered 503"):
+        router.in_flight("http://h:1", 1, request=failing)
     two = b'{"loads": [{"num_running_reqs": 1, "num_waiting_reqs": 1}, {"num_running_reqs": 0}]}'
     assert router.in_flight("http://h:1", 1, request=answer(two)) == 2
     assert router.in_flight(f"http://127.0.0.1:{_free_port()}", 2) == 0
