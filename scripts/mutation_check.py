@@ -48,6 +48,8 @@ PREFLIGHT = "plugins/module_utils/_preflight.py"
 PREFLIGHT_TESTS = "tests/roles/test_preflight.py"
 PATH_SAFETY = "plugins/module_utils/_path_safety.py"
 UNIT_ENV = "plugins/module_utils/_unit_env.py"
+ROUTER = "plugins/module_utils/_router.py"
+ROUTER_TESTS = "tests/drain/test_router_client.py"
 # Untracked links into /work/main in a worktree: never copied (the run uses this venv's pytest).
 SKIP_TOP = {".venv", ".cache", ".git"}
 
@@ -414,6 +416,24 @@ MUTANTS = (
         "if False:",
         (f"{PROMOTE_RULES}[bool-row-mismatches]",),
         "the promotion reads a count of the wrong type (False for 0 mismatches) instead of refusing it",
+    ),
+    Mutant(
+        "drain-share-off-by-one",
+        ROUTER,
+        "check_share",
+        r"if len\(leaving\) > allowed:",
+        "if len(leaving) > allowed + 1:",
+        (ROUTER_TESTS, "-k", "share"),
+        "the drain's safety rule lets one more host than the share out of the router at once",
+    ),
+    Mutant(
+        "drain-odd-load-is-idle",
+        ROUTER,
+        "in_flight",
+        r'if "ConnectionRefusedError" in exc.reason:',
+        "if True:",
+        (ROUTER_TESTS, "-k", "odd_evidence"),
+        "any failure to read a host's /v1/loads counts as nothing in flight, not only a refused connection",
     ),
 )
 

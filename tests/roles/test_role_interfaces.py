@@ -14,6 +14,7 @@ def test_every_role_is_found():
         "kdtree_build",
         "kdtree_common",
         "kdtree_deploy",
+        "kdtree_drain",
         "kdtree_patch",
         "kdtree_promote",
         "kdtree_report",

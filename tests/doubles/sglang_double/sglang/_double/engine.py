@@ -13,7 +13,8 @@ What happens, in the real order:
    warm-up, then 200, and "The server is fired up and ready to roll!" is logged.
 
 Knobs (environment, see knobs.py): SGLANG_DOUBLE_LOAD_SECONDS, SGLANG_DOUBLE_WARMUP_SECONDS,
-SGLANG_DOUBLE_CRASH_AFTER (+ SGLANG_DOUBLE_CRASH_RANK), SGLANG_DOUBLE_HANG (+ SGLANG_DOUBLE_HANG_RANK).
+SGLANG_DOUBLE_CRASH_AFTER (+ SGLANG_DOUBLE_CRASH_RANK), SGLANG_DOUBLE_HANG (+ SGLANG_DOUBLE_HANG_RANK),
+SGLANG_DOUBLE_GENERATE_SECONDS (how long each POST /generate takes).
 """
 
 from __future__ import annotations
@@ -133,7 +134,8 @@ def launch_server(args: argparse.Namespace) -> None:
     model_config = load_model_config(args.model_path)
     procs, readers = launch_subprocesses(args)
     wait_for_schedulers(readers)
-    state = ServerState(args, model_config, [p.pid for p in procs[:-1] if p.pid is not None])
+    pids = [p.pid for p in procs[:-1] if p.pid is not None]
+    state = ServerState(args, model_config, pids, Knobs.from_env().generate_seconds)
     try:
         server = start_http_server(state)
     except OSError as exc:

@@ -1,7 +1,9 @@
 """TEST DOUBLE of SGLang's HTTP API (stdlib http.server instead of FastAPI/uvicorn).
 
 Endpoints: /health and /health_generate (503 until warm-up is done, then 200), /model_info and
-/get_model_info, /v1/models, /server_info, and POST /generate (answers a fixed one-token text).
+/get_model_info, /v1/models, /server_info, /v1/loads (SGLang 0.5.23's load snapshot: the requests
+in flight as num_running_reqs of dp rank 0), and POST /generate (answers a fixed one-token text after
+SGLANG_DOUBLE_GENERATE_SECONDS, 0 by default).
 Like the real engine the socket is bound only after every scheduler reported ready.
 """
 
@@ -11,6 +13,7 @@ import argparse
 import json
 import logging
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -19,11 +22,35 @@ logger = logging.getLogger(__name__)
 
 
 class ServerState:
-    def __init__(self, args: argparse.Namespace, model_config: dict[str, Any], scheduler_pids: list[int]):
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        model_config: dict[str, Any],
+        scheduler_pids: list[int],
+        generate_seconds: float = 0.0,
+    ):
         self.args = args
         self.model_config = model_config
         self.scheduler_pids = scheduler_pids
         self.ready = threading.Event()
+        self.generate_seconds = generate_seconds
+        self._lock = threading.Lock()
+        self.in_flight = 0
+
+    def enter(self, step: int) -> None:
+        with self._lock:
+            self.in_flight += step
+
+    def loads(self) -> dict[str, Any]:
+        with self._lock:
+            running = self.in_flight
+        snapshot = {
+            "timestamp": time.time(),
+            "dp_rank": 0,
+            "num_running_reqs": running,
+            "num_waiting_reqs": 0,
+        }
+        return {"version": "0.5.23+testdouble", "loads": [snapshot]}
 
     def model_info(self) -> dict[str, Any]:
         return {
@@ -75,6 +102,8 @@ def _handler_class(state: ServerState) -> type[BaseHTTPRequestHandler]:
                     "max_model_len": state.context_length(),
                 }
                 self._send(200, {"object": "list", "data": [card]})
+            elif path == "/v1/loads":
+                self._send(200, state.loads())
             elif path in ("/server_info", "/get_server_info"):
                 info = dict(vars(state.args))
                 info.update(
@@ -102,7 +131,12 @@ def _handler_class(state: ServerState) -> type[BaseHTTPRequestHandler]:
                 "prompt_tokens": len(prompt.split()),
                 "completion_tokens": 1,
             }
-            self._send(200, {"text": " double", "meta_info": meta})
+            state.enter(1)  # in flight until its answer (and its access-log line) is out
+            try:
+                time.sleep(state.generate_seconds)
+                self._send(200, {"text": " double", "meta_info": meta})
+            finally:
+                state.enter(-1)
 
     return Handler
 

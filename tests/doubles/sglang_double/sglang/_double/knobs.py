@@ -31,6 +31,8 @@ class Knobs:
     log_bytes: bool = False  # stderr gets bytes that are not UTF-8 and a 100 KiB line
     benign_traceback: bool = False  # SGLang's logged OpenAIServingResponses init traceback
     flood_lines: int = 0  # this many lines, so journald's rate limiting drops the marker after them
+    # each POST /generate takes this long (requests really in flight during a drain or a restart)
+    generate_seconds: float = 0.0
 
     @classmethod
     def from_env(cls) -> Knobs:
@@ -47,4 +49,5 @@ class Knobs:
             log_bytes=os.environ.get("SGLANG_DOUBLE_LOG_BYTES", "") not in ("", "0"),
             benign_traceback=os.environ.get("SGLANG_DOUBLE_BENIGN_TRACEBACK", "") not in ("", "0"),
             flood_lines=_int("SGLANG_DOUBLE_FLOOD_LINES", 0),
+            generate_seconds=_float("SGLANG_DOUBLE_GENERATE_SECONDS", 0.0) or 0.0,
         )

@@ -1,0 +1,15 @@
+# Drain and rejoin around restarts (issue 25): SGLang's router venv and the fast tests of the router
+# client against the real router in front of local SGLang test doubles (no container).
+.PHONY: router-venv test-drain-fast
+
+ROUTER_VENV := $(ROOT)/.cache/router-venv
+
+# Cached venv with sglang-router==0.3.2 (scripts/router-venv.sh; CI keeps .cache).
+router-venv:
+	bash scripts/router-venv.sh $(ROUTER_VENV)
+
+test-drain-fast: venv router-venv
+	KDTREE_ROUTER_VENV=$(ROUTER_VENV) $(VBIN)/pytest -q tests/drain
+
+TEST_TARGETS += test-drain-fast
+TEST_FAST_TARGETS += test-drain-fast

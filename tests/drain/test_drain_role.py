@@ -1,0 +1,147 @@
+"""roles/kdtree_drain through ansible-playbook on this machine (hosts h0..h2, local connection), against
+the REAL router in front of SGLang test doubles: drain, the safety rule over a batch, rejoin, the drain
+record and recover, the hooks. Records under tmp_path."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from ansible_collections.kdtree.fleet.plugins.module_utils import _router as router
+from conftest import KEY, ROOT
+
+BIN = Path(sys.executable).parent
+
+
+def _play(tmp: Path, entries: str, hosts: str, extra: dict, doubles, limit: str = "all") -> tuple[int, str]:
+    """One ansible-playbook run of the entry points `entries` (comma-separated, in order) on `limit`."""
+    inventory = {
+        "all": {
+            "hosts": {
+                f"h{i}": {
+                    "ansible_connection": "local",
+                    "ansible_python_interpreter": sys.executable,
+                    "kdtree_drain_worker_url": d.url,
+                    "kdtree_drain_record_path": str(tmp / f"h{i}-drain.json"),
+                    "_server": d.url,
+                }
+                for i, d in enumerate(doubles)
+            }
+        }
+    }
+    (tmp / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    tasks = [
+        {
+            "name": f"Drain entry point {entry}",
+            "ansible.builtin.include_role": {"name": "kdtree.fleet.kdtree_drain", "tasks_from": entry},
+            "vars": {"kdtree_drain_health_url": "{{ _server }}/health"},
+        }
+        for entry in entries.split(",")
+    ]
+    play = {"name": "Drain", "hosts": hosts, "gather_facts": False, "vars": extra, "tasks": tasks}
+    (tmp / "play.yml").write_text(yaml.safe_dump([play]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    out = subprocess.run(
+        [
+            str(BIN / "ansible-playbook"),
+            "-i",
+            str(tmp / "inventory.yml"),
+            "-l",
+            limit,
+            "-v",
+            str(tmp / "play.yml"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=180,
+        check=False,
+    )
+    return out.returncode, re.sub(r"\s+", " ", out.stdout + out.stderr)
+
+
+def _router_vars(rtr, **more) -> dict:
+    return {
+        "kdtree_drain_mode": "sglang_router",
+        "kdtree_drain_router_url": rtr.url,
+        "kdtree_drain_router_api_key": KEY,
+        **more,
+    }
+
+
+def _listed(rtr) -> list[str]:
+    return sorted(w.url for w in router.Router(rtr.url, KEY).workers() if w.healthy)
+
+
+def test_refuse_a_batch_over_the_share_then_drain_and_rejoin_one_host(fleet, tmp_path: Path) -> None:
+    rtr, doubles = fleet(hosts=3)
+    rc, text = _play(
+        tmp_path, "drain", "all", _router_vars(rtr, kdtree_drain_max_share=0.5), doubles, limit="h0,h1"
+    )
+    assert rc != 0
+    assert "refusing to drain 2 of the router's 3 healthy workers at once: at most 1" in text
+    assert _listed(rtr) == sorted(d.url for d in doubles)
+    assert not list(tmp_path.glob("*-drain.json"))
+
+    rc, text = _play(tmp_path, "drain", "all", _router_vars(rtr), doubles, limit="h0")
+    assert rc == 0, text
+    assert _listed(rtr) == sorted(d.url for d in doubles[1:])
+    record = json.loads((tmp_path / "h0-drain.json").read_text())
+    assert record["worker_url"] == doubles[0].url and record["mode"] == "sglang_router"
+    assert KEY not in text and KEY not in json.dumps(record)
+
+    rc, text = _play(tmp_path, "rejoin", "all", _router_vars(rtr), doubles, limit="h0")
+    assert rc == 0, text
+    assert _listed(rtr) == sorted(d.url for d in doubles)
+    assert not (tmp_path / "h0-drain.json").exists()
+    assert KEY not in text
+
+
+def test_recover_keeps_an_unhealthy_host_out_and_rejoins_it_once_healthy(fleet, tmp_path: Path) -> None:
+    rtr, doubles = fleet(hosts=2)
+    # no record (every deploy and rollback of a host never drained): nothing to do, nothing changed
+    rc, text = _play(tmp_path, "recover", "all", {}, doubles, limit="h0")
+    assert rc == 0 and "changed=0" in text and "failed=0" in text, text
+    rc, text = _play(tmp_path, "drain", "all", _router_vars(rtr), doubles, limit="h0")
+    assert rc == 0, text
+    # the run is killed here, and the host's SGLang is down; the next run starts with recover (drain off)
+    doubles[0].stop()
+    rc, text = _play(tmp_path, "recover", "all", {"kdtree_drain_router_api_key": KEY}, doubles, limit="h0")
+    assert rc == 0, text
+    assert "was taken out of rotation by run" in text and "is NOT healthy: it stays out of rotation" in text
+    assert (tmp_path / "h0-drain.json").exists()
+    assert doubles[0].url not in _listed(rtr)
+
+    doubles[0].start()
+    rc, text = _play(tmp_path, "recover", "all", {"kdtree_drain_router_api_key": KEY}, doubles, limit="h0")
+    assert rc == 0, text
+    assert "its SGLang is healthy: rejoining it now" in text
+    assert _listed(rtr) == sorted(d.url for d in doubles)
+    assert not (tmp_path / "h0-drain.json").exists()
+
+
+def test_hooks_run_on_the_controller_with_the_host_and_the_share_counts_the_play(
+    fleet, tmp_path: Path
+) -> None:
+    _, doubles = fleet(hosts=2)
+    log = tmp_path / "hooks.log"
+    hook = ["sh", "-c", f'echo "$KDTREE_DRAIN_ACTION $KDTREE_DRAIN_HOST $KDTREE_DRAIN_WORKER_URL" >> {log}']
+    hooks = {
+        "kdtree_drain_mode": "hooks",
+        "kdtree_drain_drain_command": hook,
+        "kdtree_drain_rejoin_command": hook,
+    }
+    rc, text = _play(tmp_path, "drain,rejoin", "all", hooks, doubles, limit="h1")
+    assert rc == 0, text
+    assert log.read_text().splitlines() == [f"drain h1 {doubles[1].url}", f"rejoin h1 {doubles[1].url}"]
+    assert not (tmp_path / "h1-drain.json").exists()
+    # the play's two hosts at once with a share of 0.5: refused before any hook ran
+    rc, text = _play(tmp_path, "drain", "all", hooks, doubles)
+    assert rc != 0 and "refusing to drain 2 of the play's 2 hosts at once" in text
+    assert len(log.read_text().splitlines()) == 2

@@ -1,0 +1,45 @@
+"""Where the drain sits around the restarts (read from the task files): the smoke role drains right
+before its restart task, only when it restarts and the mode is not none, and rejoins only after a
+healthy check; deploy and rollback.yml run recover inside their lock. Mode none adds no task that runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _tasks(path: str) -> list[dict]:
+    return yaml.safe_load((ROOT / path).read_text())
+
+
+def _includes(tasks: list[dict], entry: str) -> list[int]:
+    return [
+        i
+        for i, task in enumerate(tasks)
+        if (task.get("ansible.builtin.include_role") or {}).get("name") == "kdtree.fleet.kdtree_drain"
+        and task["ansible.builtin.include_role"].get("tasks_from") == entry
+    ]
+
+
+def test_the_smoke_role_drains_right_before_its_restart_and_rejoins_after_a_healthy_check() -> None:
+    tasks = _tasks("roles/kdtree_smoke/tasks/main.yml")
+    restart = next(i for i, t in enumerate(tasks) if "kdtree.fleet.kdtree_smoke" in t)
+    assert _includes(tasks, "drain") == [restart - 1]
+    drain = tasks[restart - 1]["when"]
+    assert "kdtree_smoke_restart | bool" in drain and "kdtree_drain_mode | default('none') != 'none'" in drain
+    [rejoin] = _includes(tasks, "rejoin")
+    assert rejoin > restart
+    assert "kdtree_smoke_result.state | default('') == 'ok'" in tasks[rejoin]["when"]
+    assert "kdtree_drain_mode | default('none') != 'none'" in tasks[rejoin]["when"]
+
+
+def test_deploy_and_rollback_recover_first_under_the_lock() -> None:
+    deploy = _tasks("roles/kdtree_deploy/tasks/main.yml")
+    block = next(t for t in deploy if "block" in t and "always" in t)["block"]
+    assert _includes(block, "recover") == [0]
+    rollback = _tasks("playbooks/rollback.yml")[0]["tasks"]
+    block = next(t for t in rollback if "block" in t)["block"]
+    assert _includes(block, "recover") == [0]
