@@ -6,10 +6,13 @@
 #   importer: Galaxy's importer (it pins its own ansible-core and ansible-lint, hence its own venv).
 # A stamp holding the hash of this script, the kind and the base interpreter makes a second run a
 # no-op (the CI cache keeps .cache/); change the script or the python and the venv is rebuilt.
+# PIP_CACHE_DIR etc. pass through to pip (CI's cold runs measure with an empty one).
 # Usage: scripts/publish/venv.sh <venv-dir> <kind> [python]
 set -euo pipefail
 
-venv=${1:?usage: publish-venv.sh <venv-dir> <kind> [python]}
+# The venv's real path: its entry points' shebangs name it, so a venv built through a link (a
+# worktree's .cache -> the main clone's) must not name the link, which may go away with the worktree.
+venv=$(realpath -m "${1:?usage: publish-venv.sh <venv-dir> <kind> [python]}")
 kind=${2:?usage: publish-venv.sh <venv-dir> <kind> [python]}
 python=${3:-python3}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -22,13 +25,13 @@ case $kind in
   *) echo "venv.sh: unknown kind '$kind' (core-2.19, core-2.20, core-2.21, importer)" >&2; exit 2 ;;
 esac
 base=$("$python" -c 'import os, sys; print(os.path.realpath(sys.executable), sys.version.split()[0])')
-want="$(sha256sum "$here/venv.sh" | cut -d' ' -f1) $kind $base"
+want="$(sha256sum "$here/venv.sh" | cut -d' ' -f1) $kind $base $venv"
 stamp="$venv/.kdtree-stamp"
 mkdir -p "$(dirname "$venv")"
 exec 9>"$venv.lock"
 flock 9
 
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && "$venv/bin/python" -c '' 2>/dev/null; then
   exit 0
 fi
 echo "publish venv: building $venv ($kind) from $base"
