@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Make collections/ansible_collections/kdtree/fleet a link to this clone's root (git-ignored).
 
 The clone is the collection's source, but Ansible resolves `kdtree.fleet.*` only under a directory named
