@@ -48,8 +48,9 @@ test-publish-sanity-older: publish-venvs
 	    $$(ls roles | sed 's/^/kdtree.fleet./') >/dev/null || exit 1; done
 
 # The plugins' unit tests (tests/unit, laid out as plugins/) as ansible-test units runs them: the newest
-# supported release on its Python 3.12 controller, in the shipped tree. (make test-fast runs them with
-# the tools venv's pytest: test-units-fast.)
+# supported release on its Python 3.12 controller, in the shipped tree, --local: core-2.21's pytest (a
+# venv of ansible-test's own cost ~170 s more here). make test-fast runs them with the tools venv's
+# pytest: test-units-fast.
 test-publish-units: publish-venv-core-2.21
 	@$(PUB_TIME) scripts/publish/ansible-test.sh $(PUB)/core-2.21 shipped units --python 3.12
 

