@@ -40,7 +40,7 @@ test-publish-sanity: publish-venvs
 	  scripts/publish/ansible-test.sh $(PUB)/core-2.21 shipped sanity --python 3.9 --test import --test compile
 
 # The older maintained releases (2.19, 2.20): validate-modules, import, and ansible-doc of every plugin and role.
-test-publish-sanity-older: publish-venvs
+test-publish-sanity-older: publish-venvs collection-link
 	@$(PUB_TIME) for core in 2.19 2.20; do \
 	  scripts/publish/ansible-test.sh $(PUB)/core-$$core shipped sanity --python 3.12 \
 	    --test validate-modules --test import --test ansible-doc || exit 1; \
@@ -60,7 +60,7 @@ test-publish-importer: publish-venvs
 	  scripts/publish/importer.sh $(PUB)/importer $(PUB_TARBALL)
 
 # The docs the docs site renders (antsibull-docs), every filter documented (ansible-doc -t filter).
-test-publish-docs: publish-venvs
+test-publish-docs: publish-venvs collection-link
 	@$(PUB_TIME) PATH=$(PUB)/core-2.21/bin:$$PATH ANSIBLE_COLLECTIONS_PATH=$(ROOT)/collections \
 	  antsibull-docs lint-collection-docs --plugin-docs . && \
 	  ANSIBLE_COLLECTIONS_PATH=$(ROOT)/collections $(PUB)/core-2.21/bin/ansible-doc -t filter \
