@@ -15,18 +15,23 @@ TEST_TARGETS :=
 TEST_FAST_TARGETS :=
 LINT_TARGETS :=
 
-.PHONY: help venv system-deps lint test test-fast demo bench
+.PHONY: help venv collection-link system-deps lint test test-fast demo bench
 # Every target with its description, generated from the comments above the rules (scripts/make_help.py).
 help:
 	@$(PYTHON) scripts/make_help.py
 
 # The controller's tools venv (.venv): ansible, ansible-lint, molecule, pytest, ruff, yamllint.
-venv: $(VENV)/.stamp
+venv: $(VENV)/.stamp collection-link
 $(VENV)/.stamp: requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VBIN)/pip install -q --upgrade pip
 	$(VBIN)/pip install -q -r requirements-dev.txt
 	touch $@
+
+# collections/ansible_collections/kdtree/fleet -> this clone (git-ignored): how ansible.cfg, molecule
+# and pytest resolve kdtree.fleet from a clone or worktree (scripts/collection_link.py).
+collection-link:
+	@$(PYTHON) scripts/collection_link.py
 
 # Debian packages the test hosts need on this machine (podman, runc, debootstrap, ...).
 system-deps:

@@ -1,5 +1,5 @@
 # The kdtree.fleet collection: roles/, plugins/, playbooks/, molecule/, inventory/ (docs/operations.md).
-.PHONY: demo lint-ansible test-roles-fast test-molecule test-molecule-default test-molecule-crash \
+.PHONY: demo lint-ansible test-roles-fast test-units-fast test-molecule test-molecule-default test-molecule-crash \
 	test-molecule-rollback test-molecule-operator test-molecule-batch test-molecule-faults test-molecule-consumer test-molecule-engine collection bench-smoke bench-noop
 
 FLEET_LOG_DIR := $(ROOT)/.cache/fleet
@@ -23,6 +23,11 @@ collection: venv
 test-roles-fast: venv
 	$(VBIN)/pytest -q tests/roles
 
+# The plugins' unit tests (tests/unit) with the tools venv's pytest; make test runs them with
+# ansible-test units instead (test-publish-units, mk/publish.mk).
+test-units-fast: venv
+	$(VBIN)/pytest -q tests/unit
+
 # Molecule on real systemd hosts (podman): every scenario, MOLECULE_JOBS (2) side by side; the shared
 # base is .config/molecule/config.yml. Each scenario has its own host (kdtree-mol-<scenario>) and its
 # output is printed whole when it ends. The list is the start order: default (whose kernel build the
@@ -30,22 +35,26 @@ test-roles-fast: venv
 # deploy from a separate project.
 MOLECULE_JOBS ?= 2
 MOLECULE_SCENARIOS := default engine crash rollback operator batch faults consumer
-test-molecule: venv testhost-image engine-model
+test-molecule: venv collection-link testhost-image engine-model publish-venv-core-2.21
 	@start=$$(date +%s); $(MAKE) --no-print-directory -j$(MOLECULE_JOBS) --output-sync=target \
 	  $(MOLECULE_SCENARIOS:%=molecule-run-%); \
 	  echo "molecule: $(words $(MOLECULE_SCENARIOS)) scenarios passed in $$(( $$(date +%s) - start )) s ($(MOLECULE_JOBS) at a time)"
 
 # One molecule scenario on its own test host (default, crash, rollback, operator, batch, faults, consumer).
 test-molecule-default test-molecule-crash test-molecule-rollback test-molecule-operator test-molecule-batch \
-  test-molecule-faults test-molecule-consumer: test-molecule-%: venv testhost-image
+  test-molecule-faults: test-molecule-%: venv collection-link testhost-image
+	@$(MOLECULE_RUN)
+
+# The consumer scenario: a user's project with ansible-core 2.21 (mk/publish.mk's core-2.21 venv).
+test-molecule-consumer: test-molecule-%: venv collection-link testhost-image publish-venv-core-2.21
 	@$(MOLECULE_RUN)
 
 # The real SGLang engine (tests/engine): deploy + generation equality + dispatch counts, rollback, crash.
-test-molecule-engine: test-molecule-%: venv testhost-image engine-model
+test-molecule-engine: test-molecule-%: venv collection-link testhost-image engine-model
 	@$(MOLECULE_RUN)
 
 # The recipe alone, no prerequisites (test-molecule has made them): make -j starts these in list order.
-molecule-run-%:
+molecule-run-%: collection-link
 	@$(MOLECULE_RUN)
 
 MOLECULE_RUN = start=$$(date +%s); molecule test -s $*; \
@@ -64,5 +73,5 @@ bench-noop: venv fleet-up
 	$(VBIN)/python bench/noop.py
 
 LINT_TARGETS += lint-ansible
-TEST_FAST_TARGETS += test-roles-fast
+TEST_FAST_TARGETS += test-roles-fast test-units-fast
 TEST_TARGETS += test-roles-fast test-molecule

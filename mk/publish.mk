@@ -1,9 +1,10 @@
 # Publishing checks (issue 20): what Galaxy / Automation Hub and the maintained ansible-core releases
 # ask of the collection. Venvs are cached under .cache/publish (scripts/publish/venv.sh; CI keeps .cache).
-.PHONY: test-publish publish-venvs test-publish-sanity test-publish-sanity-older test-publish-importer \
+.PHONY: test-publish publish-venvs test-publish-sanity test-publish-sanity-older test-publish-units test-publish-importer \
 	test-publish-docs test-publish-changelog test-publish-ee
 
-PUB := $(ROOT)/.cache/publish
+# PUB: where the venvs live (a cold-cache measurement points it at an empty directory).
+PUB ?= $(ROOT)/.cache/publish
 PUB_PYTHON ?= $(firstword $(wildcard /root/.pyenv/versions/3.12*/bin/python3.12) python3.12)
 PUB_OUT := $(ROOT)/build/publish
 PUB_TARBALL = $(PUB_OUT)/kdtree-fleet-$(shell sed -n 's/^version: *//p' galaxy.yml).tar.gz
@@ -17,19 +18,41 @@ publish-venvs:
 	  scripts/publish/venv.sh $(PUB)/$$kind $$kind $(PUB_PYTHON) & pids+=($$!); done; \
 	  for pid in "$${pids[@]}"; do wait "$$pid"; done
 
+# One check venv alone, e.g. publish-venv-core-2.21 (the consumer molecule scenario's user Ansible).
+publish-venv-%:
+	@scripts/publish/venv.sh $(PUB)/$* $* $(PUB_PYTHON)
+
+# The consumer scenario (molecule/consumer) deploys as a user with the newest supported release.
+export KDTREE_CONSUMER_VENV = $(PUB)/core-2.21
+
 # ansible-test sanity, every test, with the newest supported ansible-core (2.21), on the controller's
-# Python; then import and compile on Python 3.9, the oldest host Python (tests/config.yml).
+# Python: on the repository tree as a clone holds it (what the tarball leaves out too: tests,
+# benchmarks, scripts, molecule; symlinks, shebangs, file names, yamllint, pep8, compile ...), except
+# pylint and shellcheck, which hold the shipped code to Ansible's rules and run on the shipped tree (the
+# project's own tests, benchmarks and scripts follow ruff, make lint: pylint and shellcheck of the whole
+# repository find 104 + 9 style points there and cost ~18 minutes); then import and compile on
+# Python 3.9, the oldest host Python (tests/config.yml). One pass over each file, one test each.
 test-publish-sanity: publish-venvs
-	@$(PUB_TIME) scripts/publish/sanity.sh $(PUB)/core-2.21 --python 3.12 && \
-	  scripts/publish/sanity.sh $(PUB)/core-2.21 --python 3.9 --test import --test compile
+	@$(PUB_TIME) scripts/publish/ansible-test.sh $(PUB)/core-2.21 repo sanity --python 3.12 \
+	    --skip-test pylint --skip-test shellcheck && \
+	  scripts/publish/ansible-test.sh $(PUB)/core-2.21 shipped sanity --python 3.12 \
+	    --test pylint --test shellcheck && \
+	  scripts/publish/ansible-test.sh $(PUB)/core-2.21 shipped sanity --python 3.9 --test import --test compile
 
 # The older maintained releases (2.19, 2.20): validate-modules, import, and ansible-doc of every plugin and role.
-test-publish-sanity-older: publish-venvs
+test-publish-sanity-older: publish-venvs collection-link
 	@$(PUB_TIME) for core in 2.19 2.20; do \
-	  scripts/publish/sanity.sh $(PUB)/core-$$core --python 3.12 \
+	  scripts/publish/ansible-test.sh $(PUB)/core-$$core shipped sanity --python 3.12 \
 	    --test validate-modules --test import --test ansible-doc || exit 1; \
 	  ANSIBLE_COLLECTIONS_PATH=$(ROOT)/collections $(PUB)/core-$$core/bin/ansible-doc -t role \
 	    $$(ls roles | sed 's/^/kdtree.fleet./') >/dev/null || exit 1; done
+
+# The plugins' unit tests (tests/unit, laid out as plugins/) as ansible-test units runs them: the newest
+# supported release on its Python 3.12 controller, in the shipped tree, --local: core-2.21's pytest (a
+# venv of ansible-test's own cost ~170 s more here). make test-fast runs them with the tools venv's
+# pytest: test-units-fast.
+test-publish-units: publish-venv-core-2.21
+	@$(PUB_TIME) scripts/publish/ansible-test.sh $(PUB)/core-2.21 shipped units --python 3.12
 
 # Galaxy's importer accepts the tarball (metadata, a README per role, the docs of every plugin and role).
 test-publish-importer: publish-venvs
@@ -37,7 +60,7 @@ test-publish-importer: publish-venvs
 	  scripts/publish/importer.sh $(PUB)/importer $(PUB_TARBALL)
 
 # The docs the docs site renders (antsibull-docs), every filter documented (ansible-doc -t filter).
-test-publish-docs: publish-venvs
+test-publish-docs: publish-venvs collection-link
 	@$(PUB_TIME) PATH=$(PUB)/core-2.21/bin:$$PATH ANSIBLE_COLLECTIONS_PATH=$(ROOT)/collections \
 	  antsibull-docs lint-collection-docs --plugin-docs . && \
 	  ANSIBLE_COLLECTIONS_PATH=$(ROOT)/collections $(PUB)/core-2.21/bin/ansible-doc -t filter \
@@ -57,7 +80,7 @@ test-publish-ee: publish-venvs
 	  -f meta/execution-environment.yml -c $(PUB_OUT)/ee >/dev/null && test -s $(PUB_OUT)/ee/Containerfile
 
 # Everything above (about 4 minutes on 2 cores with the venvs cached).
-test-publish: test-publish-sanity test-publish-sanity-older test-publish-importer test-publish-docs \
-	test-publish-changelog test-publish-ee
+test-publish: test-publish-sanity test-publish-sanity-older test-publish-units test-publish-importer \
+	test-publish-docs test-publish-changelog test-publish-ee
 
 TEST_TARGETS += test-publish

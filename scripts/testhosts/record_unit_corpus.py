@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Record what a real systemd makes of every unit in tests/roles/data/unit_corpus (issue 19).
 
 For each case directory: install its unit.service as kdtree-corpus.service in a test-host container

@@ -76,9 +76,9 @@ def load_yaml(path: Path):
 def smoke_module():
     """The kdtree_smoke module (runs on hosts), imported by its collection path as Ansible loads it.
 
-    collections/ansible_collections/kdtree/fleet links to the repository root; pyproject.toml puts
-    collections/ on the path, so the module's `ansible_collections.kdtree.fleet.plugins.module_utils`
-    imports resolve.
+    collections/ansible_collections/kdtree/fleet links to the repository root (tests/conftest.py);
+    pyproject.toml puts collections/ on the path, so the module's
+    `ansible_collections.kdtree.fleet.plugins.module_utils` imports resolve.
     """
     return importlib.import_module("ansible_collections.kdtree.fleet.plugins.modules.kdtree_smoke")
 

@@ -45,7 +45,7 @@ class RawServer:
         self.sock.settimeout(0.2)
         while not self.stop.is_set():
             try:
-                conn, _ = self.sock.accept()
+                conn, _peer = self.sock.accept()
             except OSError:
                 continue
             threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
@@ -59,7 +59,7 @@ class RawServer:
                 if not chunk:
                     return
                 data += chunk
-            head, _, rest = data.partition(b"\r\n\r\n")
+            head, _sep, rest = data.partition(b"\r\n\r\n")
             length = 0
             for line in head.split(b"\r\n"):
                 if line.lower().startswith(b"content-length:"):
@@ -159,7 +159,7 @@ def test_a_huge_body_is_refused_declared_or_not():
 
     def undeclared(_r):
         yield b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n"
-        for _ in range(50):
+        for _attempt in range(50):
             yield b"x" * 1000
 
     with RawServer(undeclared) as server:

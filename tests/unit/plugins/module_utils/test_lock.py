@@ -168,7 +168,7 @@ def test_of_n_concurrent_breakers_of_a_stale_lock_exactly_one_wins(tmp_path, kin
             worker.start()
         for worker in workers:
             worker.join(30)
-        won = [r for r in (results.get(timeout=5) for _ in workers) if r]
+        won = [r for r in (results.get(timeout=5) for _worker in workers) if r]
         assert len(won) == 1, won
         assert json.loads(open(path).read())["run_id"] == won[0]
         assert not [n for n in os.listdir(tmp_path) if ".broken." in n]
