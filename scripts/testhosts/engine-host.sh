@@ -17,7 +17,9 @@
 # its server takes about 3 GiB and both cores while it starts.
 # Environment: KDTREE_ENGINE_VENV (default .cache/sglang-venv; must be made from /usr/bin/python3.11,
 # which the hosts have too), KDTREE_ENGINE_MODEL (default: the tiny model made by
-# tests/engine/make_tiny_model.py), KDTREE_ENGINE_WAIT (seconds to wait until healthy, default 240),
+# tests/engine/make_tiny_model.py), KDTREE_ENGINE_SPEC (the stock unit's speculative configuration,
+# tests/engine/spec/NAME.conf, default dflash), KDTREE_ENGINE_NO_START=1 (install: write the stock unit
+# only, a later restart starts it), KDTREE_ENGINE_WAIT (seconds to wait until healthy, default 240),
 # KDTREE_TESTHOST_IMAGE, KDTREE_CUDA_HOME (as fleet.sh).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -104,12 +106,14 @@ install() {
   local name="$1" stage
   stage="$(mktemp -d)"
   cp "$HERE/engine-install.sh" "$ROOT/tests/engine/sglang.service" "$ROOT/tests/engine/engine.env" "$stage/"
-  (cd "$ROOT/tests/engine" && find cpu_shims -type f ! -path '*/__pycache__/*' -print0 | xargs -0 cp --parents -t "$stage")
+  (cd "$ROOT/tests/engine" && find cpu_shims spec -type f ! -path '*/__pycache__/*' -print0 | xargs -0 cp --parents -t "$stage")
+  local start=()
+  [[ "${KDTREE_ENGINE_NO_START:-0}" != 1 ]] || start=(--no-start)
   "${PODMAN[@]}" exec "$name" rm -rf /tmp/kdtree-engine
   "${PODMAN[@]}" cp "$stage" "$name:/tmp/kdtree-engine"
   rm -rf "$stage"
   "${PODMAN[@]}" exec "$name" bash /tmp/kdtree-engine/engine-install.sh --venv "$ENGINE_VENV_MOUNT" \
-    --model "$ENGINE_MODEL_MOUNT" --wait "$WAIT" | sed "s/^/[$name] /" >&2
+    --model "$ENGINE_MODEL_MOUNT" --spec "${KDTREE_ENGINE_SPEC:-dflash}" "${start[@]}" --wait "$WAIT" | sed "s/^/[$name] /" >&2
 }
 
 up() {

@@ -4,20 +4,26 @@
 # and waits until its health URL answers 200. The venv and the model are not installed here:
 # engine-host.sh bind-mounts them read-only at the paths given with --venv and --model.
 #
-# Usage: engine-install.sh --venv DIR --model DIR [--src DIR] [--no-start] [--wait SECONDS]
+# Usage: engine-install.sh --venv DIR --model DIR [--spec NAME] [--src DIR] [--no-start] [--wait SECONDS]
 #   DIR of --src (default: this script's directory) holds cpu_shims/, sglang.service (the template,
-#   tests/engine/sglang.service) and engine.env (ENGINE_HEALTH_URL).
+#   tests/engine/sglang.service), spec/NAME.conf (the speculative configurations, tests/engine/spec)
+#   and engine.env (ENGINE_HEALTH_URL).
+#   --spec: which configuration the stock unit serves (default dflash): spec/NAME.conf gives the target
+#   (ENGINE_TARGET) and the speculative flags (ENGINE_SPEC_ARGS), both may name @ENGINE_MODEL@.
+#   --no-start: install only (a later restart, e.g. a deploy's, starts the new unit).
 #   --wait: after starting, wait up to SECONDS (default 240; 0 = do not wait) for ENGINE_HEALTH_URL to
 #   answer 200; prints the seconds from `systemctl restart` to healthy.
 # Installs:
 #   /opt/cpu-shims                        tests/engine/cpu_shims (replaced when its content differs)
-#   /etc/systemd/system/sglang.service    the template with @ENGINE_VENV@ / @ENGINE_MODEL@ filled in
+#   /etc/systemd/system/sglang.service    the template with @ENGINE_VENV@, @ENGINE_TARGET@ and
+#                                         @ENGINE_SPEC_ARGS@ (from spec/NAME.conf) filled in
 # Idempotent: a second run with the same files changes nothing and leaves a running unit alone.
 set -euo pipefail
 
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VENV=""
 MODEL=""
+SPEC=dflash
 START=1
 WAIT=240
 while (($#)); do
@@ -25,6 +31,7 @@ while (($#)); do
     --src) SRC="$2"; shift 2 ;;
     --venv) VENV="$2"; shift 2 ;;
     --model) MODEL="$2"; shift 2 ;;
+    --spec) SPEC="$2"; shift 2 ;;
     --no-start) START=0; shift ;;
     --wait) WAIT="$2"; shift 2 ;;
     *) echo "engine-install: unknown argument $1" >&2; exit 2 ;;
@@ -44,6 +51,15 @@ source "$SRC/engine.env"
 "$VENV/bin/python" -c 'import sys' 2>/dev/null ||
   die "$VENV/bin/python does not run here (made from a python this host lacks? it must come from /usr/bin/python3.11)"
 [[ -f "$MODEL/config.json" ]] || die "$MODEL/config.json not found (engine-host.sh bind-mounts the model)"
+[[ "$SPEC" =~ ^[a-z0-9]+$ && -f "$SRC/spec/$SPEC.conf" ]] ||
+  die "unknown --spec $SPEC (one of: $(cd "$SRC/spec" && ls -- *.conf | sed 's/\.conf$//' | tr '\n' ' '))"
+ENGINE_TARGET=""
+ENGINE_SPEC_ARGS=""
+# shellcheck source=/dev/null
+source "$SRC/spec/$SPEC.conf"
+ENGINE_TARGET="${ENGINE_TARGET//@ENGINE_MODEL@/$MODEL}"
+ENGINE_SPEC_ARGS="${ENGINE_SPEC_ARGS//@ENGINE_MODEL@/$MODEL}"
+[[ -f "$ENGINE_TARGET/config.json" ]] || die "$ENGINE_TARGET/config.json not found (spec $SPEC; remake the model: make engine-model)"
 command -v ninja >/dev/null || die "ninja not found: SGLang JIT-compiles NGRAM's corpus with it (rebuild the image: make testhost-image)"
 command -v g++ >/dev/null || die "g++ not found (rebuild the image: make testhost-image)"
 
@@ -63,10 +79,12 @@ if [[ "$want" != "$have" ]]; then
   changed=1
 fi
 
-# The stock unit: the template with the two paths filled in; put back when the file differs.
+# The stock unit: the template with the venv, the target and the configuration's flags filled in; put
+# back when the file differs.
 rendered="$(mktemp)"
 trap 'rm -f "$rendered"' EXIT
-sed -e "s|@ENGINE_VENV@|$VENV|g" -e "s|@ENGINE_MODEL@|$MODEL|g" "$SRC/sglang.service" >"$rendered"
+sed -e "s|@ENGINE_VENV@|$VENV|g" -e "s|@ENGINE_TARGET@|$ENGINE_TARGET|g" -e "s|@ENGINE_SPEC_ARGS@|$ENGINE_SPEC_ARGS|g" \
+  -e "s|@ENGINE_SPEC@|$SPEC|g" "$SRC/sglang.service" >"$rendered"
 if grep -q '@ENGINE_' "$rendered"; then
   die "unfilled placeholder in the unit: $(grep -o '@ENGINE_[A-Z_]*@' "$rendered" | sort -u | tr '\n' ' ')"
 fi

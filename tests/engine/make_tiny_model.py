@@ -4,8 +4,9 @@ Run with the engine venv's python (torch + transformers + tokenizers):
     .cache/engine-venv/bin/python tests/engine/make_tiny_model.py [--cache DIR] [--out DIR] [--force]
 
 The model lands in <cache>/<key>/ (cache default: .cache/engine-model), where <key> is the first 16 hex
-digits of the sha256 of THIS file: the file is the recipe, change it and a new model is made; an existing
-complete directory is reused (nothing is written). The path is printed on stdout (the only stdout line).
+digits of the sha256 of THIS file and tiny_drafts.py: the two files are the recipe, change one and a new
+model is made; an existing complete directory is reused (nothing is written). The path is printed on
+stdout (the only stdout line).
 --out DIR writes to DIR instead of the cache (used to check that two builds give identical files).
 
 What it is (the config seen serving with the real sglang 0.5.23 on a CPU, see
@@ -14,6 +15,8 @@ dense (first_k_dense_replace=2), 4 heads, q_lora_rank None, kv_lora_rank 512, qk
 qk_nope_head_dim 128, v_head_dim 128, 4 routed experts (unused), yarn rope (SGLang's CPU rotary factory
 asserts a rope scaling is present). TARGET_VERIFY then runs absorbed MLA with head dims 576/512 and one
 KV head: the shapes the kdtree kernel serves. Float32 weights (the server runs --dtype float32).
+The target's own NEXTN layer and the speculative drafts (EAGLE3, DFLASH, the always-agree pair) under
+<key>/drafts/ come from tiny_drafts.py (its docstring lists them).
 Tokenizer: byte-level BPE with 512 tokens trained with `tokenizers` on the fixed text below (no hub).
 Weights come from torch.manual_seed(SEED) and transformers' initialisation: random, but the same bytes
 on every build.
@@ -34,6 +37,7 @@ SEED = 20240601
 VOCAB = 512
 SPECIAL = ["<s>", "</s>", "<pad>"]  # ids 0, 1, 2
 ROOT = Path(__file__).resolve().parents[2]
+DRAFTS_RECIPE = Path(__file__).resolve().with_name("tiny_drafts.py")
 
 # The training text: fixed, ASCII, repetitive enough that NGRAM speculation finds matches.
 CORPUS = [
@@ -53,7 +57,10 @@ CORPUS = [
 
 
 def recipe_key() -> str:
-    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+    """This file and the drafts' recipe (tiny_drafts.py) together."""
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    digest.update(DRAFTS_RECIPE.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def build_tokenizer(out: Path):
@@ -133,6 +140,11 @@ def build_model(out: Path, tokenizer) -> None:
 def build(out: Path) -> None:
     tokenizer = build_tokenizer(out)
     build_model(out, tokenizer)
+    sys.path.insert(0, str(DRAFTS_RECIPE.parent))
+    import tiny_drafts
+
+    tiny_drafts.add_nextn_layer(out)
+    tiny_drafts.build_drafts(out)
     (out / "kdtree-recipe.json").write_text(json.dumps({"recipe": recipe_key(), "seed": SEED}) + "\n")
 
 
@@ -161,8 +173,8 @@ def main() -> int:
     try:
         build(tmp)
         tmp.chmod(0o755)  # mkdtemp makes 0700; a host's service user may not be root
-        for f in tmp.iterdir():
-            f.chmod(0o644)  # save_pretrained writes the safetensors file 0600
+        for f in tmp.rglob("*"):
+            f.chmod(0o755 if f.is_dir() else 0o644)  # save_pretrained writes the safetensors file 0600
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)

@@ -12,12 +12,14 @@ to /generate and compares output_ids token for token. Prints one JSON object per
 (prompt, reference, server, equal, first_diff with the reference's top-2 logit gap there, latency_s)
 and a summary line; exit status 1 when a server answer differs.
 --server-cmd runs the POST through a command instead of urllib (e.g. `podman exec HOST curl ...`):
-the JSON body is appended as the last argument.
+the JSON body is appended as the last argument. --concurrent sends every prompt's request at once
+(one thread each), so that the server batches them (verify at batch size > 1).
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import shlex
 import subprocess
@@ -76,6 +78,7 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--server", help="base URL of a running server, e.g. http://127.0.0.1:30000")
     ap.add_argument("--server-cmd", help="command that POSTs the JSON body (last argument) to /generate")
+    ap.add_argument("--concurrent", action="store_true", help="send all prompts at once (batch > 1)")
     args = ap.parse_args()
     prompts = [[int(t) for t in p.split(",")] for p in args.prompt] if args.prompt else DEFAULT_PROMPTS
 
@@ -86,11 +89,16 @@ def main() -> int:
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
     compare = bool(args.server or args.server_cmd)
     equal_all = True
-    for prompt in prompts:
+    answers: dict[int, concurrent.futures.Future] = {}
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(prompts))
+    if compare and args.concurrent:  # all requests in flight before the reference runs
+        answers = {i: pool.submit(ask_server, args, p, args.max_new_tokens) for i, p in enumerate(prompts)}
+    for i, prompt in enumerate(prompts):
         ref, gaps = reference(model, prompt, args.max_new_tokens)
         row = {"prompt": prompt, "reference": ref, "min_top2_gap": round(min(gaps), 4)}
         if compare:
-            got, latency = ask_server(args, prompt, args.max_new_tokens)
+            answer = answers.get(i) or pool.submit(ask_server, args, prompt, args.max_new_tokens)
+            got, latency = answer.result()
             diff = next((i for i, (a, b) in enumerate(zip(ref, got, strict=False)) if a != b), None)
             if diff is None and len(ref) != len(got):
                 diff = min(len(ref), len(got))
@@ -99,8 +107,10 @@ def main() -> int:
                 row.update(first_diff=diff, top2_gap_there=round(gaps[diff], 4) if diff < len(gaps) else None)
                 equal_all = False
         print(json.dumps(row), flush=True)
+    pool.shutdown()
     if compare:
-        print(f"reference_generate: {'EQUAL' if equal_all else 'DIFFERENT'} for {len(prompts)} prompts")
+        how = " (concurrent)" if args.concurrent else ""
+        print(f"reference_generate: {'EQUAL' if equal_all else 'DIFFERENT'} for {len(prompts)} prompts{how}")
     return 0 if equal_all else 1
 
 

@@ -6,6 +6,9 @@ importlib.metadata because this directory is on the unit's PYTHONPATH; nothing i
 venv). `load_plugins()` runs `register()` in the launcher, every scheduler and the detokenizer, then
 `HookRegistry.apply_hooks()` wraps the targets (and rebinds `from X import f` copies).
 
+The draft-model algorithms (EAGLE3, NEXTN, DFLASH) need five more, in `drafts.py` (each names the
+SGLang file:line it stands in for and the SGLang function it calls instead).
+
 Why: SGLang 0.5.23 on the generic platform (`--device cpu` without the official CPU engine, whose
 sgl-kernel CPU build is not on the package index) has no branch for two speculative-decoding helpers
 that NGRAM verify needs:
@@ -54,19 +57,19 @@ def generic_platform() -> bool:
     return not any(f() for f in (is_cuda, is_hip, is_musa, is_xpu, is_npu, is_cpu))
 
 
-def _bind(original, args, kwargs):
+def bind(original, args, kwargs):
     bound = inspect.signature(original).bind(*args, **kwargs)
     bound.apply_defaults()
     return bound.arguments
 
 
-def _count(target: str, detail: str) -> None:
-    CALLS[target] += 1
+def count(target: str, detail: str) -> None:
+    CALLS[target] = CALLS.get(target, 0) + 1
     if CALLS[target] == 1:
         _say(f"first generic-platform call of {target.rsplit('.', 1)[1]} -> {detail}")
 
 
-def _write_status() -> None:
+def write_status() -> None:
     status_dir = os.environ.get("KDTREE_CPU_SHIMS_STATUS_DIR")
     if not status_dir:
         return
@@ -94,8 +97,8 @@ def assign_extend_cache_locs_around(original, *args, **kwargs):
     from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs
     from sglang.srt.utils import next_power_of_2
 
-    a = _bind(original, args, kwargs)
-    _count(CACHE_LOCS, "SGLang Triton assign_extend_cache_locs")
+    a = bind(original, args, kwargs)
+    count(CACHE_LOCS, "SGLang Triton assign_extend_cache_locs")
     bs, n = a["batch_size"], a["draft_token_num"]
     out_cache_loc = torch.empty((bs * n,), dtype=torch.int64, device=a["device"])
     # The same launch as the function's own CUDA/XPU branch.
@@ -116,8 +119,8 @@ def verify_tree_greedy_around(original, *args, **kwargs):
         return original(*args, **kwargs)
     from sglang.kernels.ops.speculative.spec_tree import verify_tree_greedy_triton
 
-    a = _bind(original, args, kwargs)
-    _count(VERIFY_GREEDY, "SGLang Triton verify_tree_greedy_triton")
+    a = bind(original, args, kwargs)
+    count(VERIFY_GREEDY, "SGLang Triton verify_tree_greedy_triton")
     # The same call as the function's own XPU branch (topk is not used there either).
     verify_tree_greedy_triton(
         predicts=a["predicts"],
@@ -129,14 +132,22 @@ def verify_tree_greedy_around(original, *args, **kwargs):
         retrieve_next_sibling=a["retrieve_next_sibling"],
         target_predict=a["target_predict"],
     )
-    _write_status()
+    write_status()
     return a["predicts"], a["accept_index"], a["accept_token_num"]
 
 
 def register() -> None:
-    """The `sglang.srt.plugins` entry point: register both AROUND hooks (public API only)."""
+    """The `sglang.srt.plugins` entry point: register the AROUND hooks (public API only): the two
+    above (NGRAM and every tree verify) and the draft-model algorithms' (drafts.py)."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    HookRegistry.register(CACHE_LOCS, assign_extend_cache_locs_around, HookType.AROUND)
-    HookRegistry.register(VERIFY_GREEDY, verify_tree_greedy_around, HookType.AROUND)
-    _say(f"registered AROUND hooks on {CACHE_LOCS} and {VERIFY_GREEDY}")
+    from kdtree_cpu_shims import drafts
+
+    hooks = {
+        CACHE_LOCS: assign_extend_cache_locs_around,
+        VERIFY_GREEDY: verify_tree_greedy_around,
+        **drafts.HOOKS,
+    }
+    for target, hook in hooks.items():
+        HookRegistry.register(target, hook, HookType.AROUND)
+    _say(f"registered AROUND hooks on {', '.join(t.rsplit('.', 1)[1] for t in hooks)}")
