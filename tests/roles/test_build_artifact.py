@@ -13,6 +13,8 @@ import os
 import re
 import shutil
 import subprocess
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -227,3 +229,36 @@ def test_per_host_neither_reads_nor_writes_the_cache(first_build, fleet):
     assert rc == 0 and got == {"id": first_build[2]["id"], "path": "compile_host"}, out[-2000:]
     assert (_lib(fleet, "host1", got["id"]).parent / "build.log").exists()
     assert sorted(p.name for p in fleet["cache"].iterdir()) == before
+
+
+def test_a_host_waits_for_the_sibling_that_claimed_the_compile_and_installs_its_artifact(fleet, tmp_path):
+    # the 12.9 build, compiled elsewhere (another cache): what the claiming sibling will share
+    elsewhere = _make_fleet(tmp_path / "elsewhere")
+    try:
+        rc, out, other = _deploy_build(
+            elsewhere, "host1", kdtree_build_nvcc=str(elsewhere["bin"] / "nvcc-12.9")
+        )
+        assert rc == 0 and other["path"] == "compile_host", out[-3000:]
+    finally:
+        shutil.rmtree(elsewhere["base"], ignore_errors=True)
+    claim = fleet["cache"] / f".claim-{other['id']}"
+    claim.mkdir()
+    (claim / "host").write_text("sibling\n")
+
+    def sibling_shares_it():
+        time.sleep(8)
+        staged = fleet["cache"] / f".{other['id']}.sibling"
+        shutil.copytree(elsewhere["cache"] / other["id"], staged)
+        staged.rename(fleet["cache"] / other["id"])  # published whole, as publish.yml does
+        shutil.rmtree(claim)
+
+    sibling = threading.Thread(target=sibling_shares_it)
+    sibling.start()
+    try:
+        rc, out, got = _deploy_build(fleet, "host2", kdtree_build_nvcc=str(fleet["bin"] / "nvcc-12.9"))
+    finally:
+        sibling.join()
+    assert rc == 0 and got == {"id": other["id"], "path": "compile_host"}, out[-3000:]
+    lib = _lib(fleet, "host2", other["id"])
+    assert lib.exists() and not (lib.parent / "build.log").exists(), "installed the sibling's build"
+    assert "from=artifact built on localhost" in (lib.parent / "BUILD_INFO").read_text()
