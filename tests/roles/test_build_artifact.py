@@ -35,7 +35,7 @@ def _make_fleet(tmp: Path) -> dict:
     base.mkdir(parents=True)
     base.chmod(0o755)
     fake = tmp / "bin"
-    fake.mkdir()
+    fake.mkdir(parents=True)
     for name, release in (("nvcc-13.0", "13.0, V13.0.88"), ("nvcc-12.9", "12.9, V12.9.86")):
         (fake / name).write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {release}'\n")
     (fake / "nvidia-smi").write_text(
@@ -246,7 +246,10 @@ def test_a_host_waits_for_the_sibling_that_claimed_the_compile_and_installs_its_
     (claim / "host").write_text("sibling\n")
 
     def sibling_shares_it():
-        time.sleep(8)
+        # once host2 waits on the claim (it says so in the claim), the sibling shares its build
+        deadline = time.time() + 600
+        while not (claim / "waiting").exists() and time.time() < deadline:
+            time.sleep(0.5)
         staged = fleet["cache"] / f".{other['id']}.sibling"
         shutil.copytree(elsewhere["cache"] / other["id"], staged)
         staged.rename(fleet["cache"] / other["id"])  # published whole, as publish.yml does
