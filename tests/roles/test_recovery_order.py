@@ -89,3 +89,20 @@ def test_a_rollback_watches_the_run_the_rescue_started_instead_of_restarting_aga
         )
         restart = " ".join(smoke["vars"]["kdtree_smoke_restart"].split())
         assert f"not (kdtree_rollback_restarted | bool and {same})" in restart, (entry, restart)
+
+
+def test_every_condition_of_the_rescue_and_the_plan_parses():
+    """A condition that does not parse is an error ignore_errors would hide (the fast restart skipped)."""
+    import jinja2
+
+    env = jinja2.Environment()
+    for path in (DEPLOY / "rescue.yml", DEPLOY / "plan.yml", ROLLBACK / "plan.yml"):
+        for task in load_yaml(path):
+            for inner in [task, *task.get("block", []), *task.get("rescue", [])]:
+                for cond in (
+                    [inner.get("when")] if isinstance(inner.get("when"), str) else inner.get("when") or []
+                ):
+                    env.parse("{{ " + cond + " }}")
+                for value in (inner.get("ansible.builtin.set_fact") or {}).values():
+                    if isinstance(value, str):
+                        env.parse(value)
