@@ -56,16 +56,8 @@ find_nvcc() {
   done
   return 1
 }
-# Minimum driver branch for a CUDA toolkit's static runtime (CUDA release notes, "minor version
-# compatibility" does not cover a static cudart newer than the driver): major.minor -> driver major.
-min_driver_for() {
-  case "$1" in
-    13.*) echo 580 ;;
-    12.9) echo 575 ;;
-    12.8) echo 570 ;;
-    *) echo 0 ;;
-  esac
-}
+# Minimum driver branch for a CUDA toolkit's static runtime: build.sh owns the rule (--min-driver-for).
+min_driver_for() { bash "$build_sh" --min-driver-for "$1"; }
 # check_driver <driver version> <nvcc release>: 0 when the driver can run what this nvcc builds.
 check_driver() {
   local driver="$1" release="$2" need have

@@ -7,8 +7,12 @@
 #   build.sh --arch-for-cc <cc>     the arch a compute capability such as 12.0 needs (exit 3 if none)
 #   build.sh --list-arches          the supported arches, one per line
 #   build.sh --list-map             "<cc> <arch>" per supported compute capability, one per line
+#   build.sh --min-driver-for <rel> the oldest driver branch that runs what nvcc <rel> (e.g. 13.0) builds
+#   build.sh --list-driver-map      "<nvcc release> <driver branch>" per known toolkit, one per line
 # This file is the only owner of the compute capability -> arch map (ARCH_MAP below): the build role,
 # mk/kernel.mk, scripts/gpu-check.sh and the tests ask build.sh (tests/kernel/test_arch_map.py checks that).
+# It is also the only owner of the toolkit -> minimum driver rule (DRIVER_MAP below): scripts/gpu-check.sh
+# and the build role (which checks a host's driver before installing a library built elsewhere) ask it.
 # Needs only the CUDA toolkit (nvcc >= 12.8 for sm_120a/sm_100a) and a host C++ compiler; no torch.
 # The CUDA runtime is linked statically, so the library depends on libcuda (the driver) only at run time.
 set -euo pipefail
@@ -20,6 +24,22 @@ ARCH_MAP=(
   "10.0 sm_100a"
   "9.0 sm_90a"
 )
+
+# Minimum driver branch for a CUDA toolkit's static runtime (CUDA release notes, "minor version
+# compatibility" does not cover a static cudart newer than the driver): nvcc release -> driver major.
+# A release not listed needs no particular driver (0), as for toolkits older than build.sh's arches.
+DRIVER_MAP=(
+  "13 580"
+  "12.9 575"
+  "12.8 570"
+)
+min_driver_for() {
+  local e rel="$1"
+  for e in "${DRIVER_MAP[@]}"; do
+    if [[ "$rel" == "${e% *}" || "${rel%%.*}" == "${e% *}" ]]; then echo "${e#* }"; return 0; fi
+  done
+  echo 0
+}
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 arch="" out="" nvcc="" print_flags=0 fault=0
@@ -53,6 +73,8 @@ while [[ $# -gt 0 ]]; do
       exit 3 ;;
     --list-arches) for e in "${ARCH_MAP[@]}"; do echo "${e#* }"; done; exit 0 ;;
     --list-map) printf '%s\n' "${ARCH_MAP[@]}"; exit 0 ;;
+    --min-driver-for) min_driver_for "${2:-}"; exit 0 ;;
+    --list-driver-map) printf '%s\n' "${DRIVER_MAP[@]}"; exit 0 ;;
     -h|--help) usage ;;
     *) echo "unknown argument: $1" >&2; usage ;;
   esac

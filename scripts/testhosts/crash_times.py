@@ -1,25 +1,62 @@
-"""On the crashed host: when the run's traceback reached the journal, and when kdtree's drop-in was
-removed (the rescue's first step; the drop-in directory's mtime), as epoch seconds, one per line."""
+"""On the crashed host, from its journal since a given time (argv[1], epoch seconds: the start of the
+benchmark's deploy), whatever the host's earlier deploys left: when the run's traceback ended (its last
+line), when systemd reloaded next (the rescue's first daemon-reload, after it put back or removed the
+drop-in) and when the unit's next run started (`Started sglang.service`, the rescue's restart). Prints the
+three epoch times, one per line, `none` for one not found."""
+
+from __future__ import annotations
 
 import json
-import os
 import subprocess
+import sys
 
-out = subprocess.run(
-    ["journalctl", "-u", "sglang.service", "-o", "json", "--no-pager"],
-    capture_output=True,
-    check=True,
-    timeout=60,
-).stdout
-for raw in out.splitlines():
-    entry = json.loads(raw)
+UNIT = "sglang.service"
+# systemd's catalog id of "Started <unit>" (a start job that finished)
+STARTED_ID = "39f53479d3a045ac8e11786248231fbf"
+
+
+def _message(entry: dict) -> str:
     message = entry.get("MESSAGE", "")
-    if isinstance(message, list):
+    if isinstance(message, list):  # non-UTF-8 bytes
         message = bytes(message).decode("utf-8", "replace")
-    if "Traceback (most recent call last)" in message:
-        print(int(entry["__REALTIME_TIMESTAMP"]) / 1e6)
-        break
-else:
-    print("no-traceback")
-print(os.stat("/etc/systemd/system/sglang.service.d").st_mtime)
-print("present" if os.path.exists("/etc/systemd/system/sglang.service.d/50-kdtree.conf") else "removed")
+    return message
+
+
+def times(unit_entries: list[dict], systemd_entries: list[dict]) -> tuple[float | None, ...]:
+    """(traceback end, next reload, next start) from the unit's and systemd's own journal entries."""
+
+    def at(entry: dict) -> float:
+        return int(entry["__REALTIME_TIMESTAMP"]) / 1e6
+
+    end = None
+    in_traceback = False
+    for entry in unit_entries:
+        message = _message(entry)
+        if "Traceback (most recent call last)" in message:
+            in_traceback = True
+        elif in_traceback and not message.startswith(" "):
+            end = at(entry)
+            break
+    if end is None:
+        return None, None, None
+    reload = next(
+        (at(e) for e in systemd_entries if at(e) >= end and _message(e).startswith("Reloading")), None
+    )
+    started = next((at(e) for e in unit_entries if at(e) >= end and e.get("MESSAGE_ID") == STARTED_ID), None)
+    return end, reload, started
+
+
+def _journal(*match: str, since: str) -> list[dict]:
+    out = subprocess.run(
+        ["journalctl", *match, "-o", "json", "--no-pager", f"--since=@{since}"],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+if __name__ == "__main__":
+    since = sys.argv[1]
+    found = times(_journal("-u", UNIT, since=since), _journal("_PID=1", since=since))
+    print("\n".join("none" if t is None else f"{t:.6f}" for t in found))

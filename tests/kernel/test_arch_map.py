@@ -223,7 +223,10 @@ def test_role_derives_build_sh_arch(tmp_path):
     fake.mkdir()
     (fake / "nvcc").write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n")
     first_cc = next(iter(ARCH_MAP))
-    (fake / "nvidia-smi").write_text(f"#!/bin/sh\necho '{first_cc}'\n")
+    # the role also reads the driver (checked against the toolkit: build.sh --min-driver-for)
+    (fake / "nvidia-smi").write_text(
+        f'#!/bin/sh\ncase "$*" in *driver_version*) echo 580.65.06 ;; *) echo "{first_cc}" ;; esac\n'
+    )
     for tool in fake.iterdir():
         tool.chmod(0o755)
     hosts: dict[str, dict[str, str]] = {

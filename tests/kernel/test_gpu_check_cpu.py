@@ -105,3 +105,20 @@ def test_the_wheelhouse_gives_a_bare_python_a_working_pytest(tmp_path):
         check=False,
     )
     assert run.returncode == 1 and "1 failed, 1 passed" in run.stdout, run.stdout  # it runs, and it can fail
+
+
+BUILD_SH = ROOT / "files" / "csrc" / "build.sh"
+
+
+@pytest.mark.parametrize(
+    ("release", "driver"), [("13.0", "580"), ("13.1", "580"), ("12.9", "575"), ("12.8", "570")]
+)
+def test_build_sh_owns_the_toolkit_to_driver_rule(release, driver):
+    """build.sh --min-driver-for is the rule's one owner: gpu-check.sh and the build role ask it."""
+    out = subprocess.run(
+        ["bash", str(BUILD_SH), "--min-driver-for", release], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == driver
+    assert "min-driver-for" in SCRIPT.read_text() and not any(
+        f"{driver} ;;" in line for line in SCRIPT.read_text().splitlines()
+    )

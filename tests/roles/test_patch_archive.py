@@ -1,0 +1,90 @@
+"""roles/kdtree_patch installs the patch as ONE archive checked against its manifest on the host (no
+per-file loop), through ansible-playbook on localhost: the installed tree is the source's, byte for byte,
+root-owned, directories 0755 and files 0644; a second run changes nothing; a drifted copy (a mode, a stray
+file) is replaced as a whole. The patch root lies under this worktree's build/ (the role refuses /tmp)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import stat
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import PATCH_DIR, PLAYBOOK_BIN, ROOT, run_play
+
+pytestmark = pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv")
+
+TASKS = ROOT / "roles" / "kdtree_patch" / "tasks"
+
+
+@pytest.fixture
+def patch_root():
+    base = ROOT / "build" / f"test-patch-{uuid.uuid4().hex[:8]}"
+    base.mkdir(parents=True)
+    base.chmod(0o755)
+    yield base / "patches"
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _install(tmp_path: Path, root: Path, source: Path = PATCH_DIR) -> tuple[int, str]:
+    play = {
+        "name": "Patch role",
+        "hosts": "localhost",
+        "gather_facts": False,
+        "module_defaults": {"kdtree.fleet.kdtree_history": {"path": str(tmp_path / "state.json")}},
+        "tasks": [
+            {
+                "name": "Install",
+                "ansible.builtin.import_role": {"name": "kdtree.fleet.kdtree_patch"},
+                "vars": {"kdtree_patch_root": str(root), "kdtree_patch_source_dir": str(source)},
+            }
+        ],
+    }
+    proc = run_play(tmp_path / "patch.yml", play)
+    return proc.returncode, re.sub(r"\s+", " ", proc.stdout + proc.stderr)
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(path)): p.read_bytes()
+        for p in sorted(path.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    }
+
+
+def test_no_task_loops_over_the_patch_files():
+    for path in TASKS.glob("*.yml"):
+        for task in yaml.safe_load(path.read_text()) or []:
+            for inner in [task, *task.get("block", []), *task.get("always", []), *task.get("rescue", [])]:
+                loop = str(inner.get("loop", ""))
+                assert "__kdtree_patch_source" not in loop, (
+                    f"{path.name}: {inner['name']} loops over the files"
+                )
+
+
+def test_the_patch_is_installed_whole_checked_and_replaced_when_it_drifted(tmp_path, patch_root):
+    rc, out = _install(tmp_path, patch_root)
+    assert rc == 0, out[-3000:]
+    (installed,) = [p for p in patch_root.iterdir() if not p.name.startswith(".")]
+    assert _tree(installed) == {
+        **_tree(PATCH_DIR),
+        ".kdtree-manifest": (installed / ".kdtree-manifest").read_bytes(),
+    }
+    for p in [installed, *installed.rglob("*")]:
+        mode = stat.S_IMODE(p.stat().st_mode)
+        assert p.stat().st_uid == 0 and mode == (0o755 if p.is_dir() else 0o644), (p, oct(mode))
+    assert not list(patch_root.glob(".*")), "no partial directory or archive is left"
+
+    rc, out = _install(tmp_path, patch_root)
+    assert rc == 0 and "changed=0" in out, out[-2000:]
+
+    some_file = next(p for p in installed.rglob("*.py"))
+    some_file.chmod(0o666)
+    (installed / "stray.py").write_text("import os\n")
+    rc, out = _install(tmp_path, patch_root)
+    assert rc == 0, out[-3000:]
+    assert stat.S_IMODE(some_file.stat().st_mode) == 0o644
+    assert not (installed / "stray.py").exists()
