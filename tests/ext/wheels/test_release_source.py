@@ -327,3 +327,15 @@ def test_the_kernel_reads_the_draft_mask_as_the_kdtree_kernel_does(version):
         "custom_mask=tl.load(mask_ptr+cur_seq_mask_start_idx+(cur_block_m*BLOCK_M+offs_m[:,None])"
         "*(cur_seq_len+window_kv_offset)+window_kv_offset+cur_seq_len_prefix+start_n+offs_n[None,:]"
     ) in compact
+
+
+def test_the_operations_doc_lists_the_window_release_by_release():
+    """docs/operations.md "SGLang releases": one row per release of the window, in order, and the KV
+    write form each names is the one target.py holds (full_loc before for_batch)."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    section = text.split("## SGLang releases (the supported window)", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (\d+\.\d+\.\d+) \| ([^|]+) \|", section, re.M)
+    assert [v for v, _pins in rows] == list(RELEASES)
+    first_for_batch = next(v for v, f in RELEASES.items() if f == target.KV_WRITE_FOR_BATCH)
+    assert re.search(rf"^\| {re.escape(first_for_batch)} \|.*KVWriteLoc\.for_batch", section, re.M)
+    assert f"window stops at {next(iter(RELEASES))}" in section
