@@ -36,18 +36,36 @@ for dir in "$cache"/*/; do
   fi
 done
 
+fresh() { [[ -f "$cache/$1/.kdtree-stamp" && "$(cat "$cache/$1/.kdtree-stamp")" == "$want" ]]; }
+# the missing wheels side by side (the download is the slow part: ~25-34 MB each), each into its own
+# directory so that a failed one leaves no partial file behind
+pids=()
 for v in "${versions[@]}"; do
-  out="$cache/$v"
-  if [[ -f "$out/.kdtree-stamp" && "$(cat "$out/.kdtree-stamp")" == "$want" ]]; then
+  if fresh "$v" || compgen -G "$cache/whl/sglang-$v-*.whl" >/dev/null; then
     continue
   fi
-  wheel=$(compgen -G "$cache/whl/sglang-$v-*.whl" | head -n1 || true)
-  if [[ -z $wheel ]]; then
-    echo "sglang wheels: fetching sglang==$v"
-    "$python" -m pip download -q --no-deps --no-input --disable-pip-version-check \
-      --only-binary=:all: --python-version 3.11 -d "$cache/whl" "sglang==$v"
-    wheel=$(compgen -G "$cache/whl/sglang-$v-*.whl" | head -n1)
+  echo "sglang wheels: fetching sglang==$v"
+  rm -rf "$cache/whl/.$v"
+  "$python" -m pip download -q --no-deps --no-input --disable-pip-version-check \
+    --only-binary=:all: --python-version 3.11 -d "$cache/whl/.$v" "sglang==$v" &
+  pids+=($!)
+done
+for pid in "${pids[@]}"; do
+  wait "$pid"
+done
+for v in "${versions[@]}"; do
+  if [[ -d "$cache/whl/.$v" ]]; then
+    mv "$cache/whl/.$v"/sglang-"$v"-*.whl "$cache/whl/"
+    rmdir "$cache/whl/.$v"
   fi
+done
+
+for v in "${versions[@]}"; do
+  out="$cache/$v"
+  if fresh "$v"; then
+    continue
+  fi
+  wheel=$(compgen -G "$cache/whl/sglang-$v-*.whl" | head -n1)
   rm -rf "$out.tmp"
   mkdir -p "$out.tmp"
   "$python" - "$wheel" "$out.tmp" "${files[@]}" <<'PY'
