@@ -471,23 +471,50 @@ def unit_environment(unit: Unit) -> dict[str, str]:
     return env
 
 
-def check_sglang(python: str, supported: tuple[str, ...]) -> Check:
+# The role variable that opts in to an SGLang release outside the window (mode validate only).
+ALLOW_UNTESTED_VAR = "kdtree_service_allow_untested_sglang"
+
+
+def check_sglang(
+    python: str, supported: tuple[str, ...], allow_untested: bool = False, mode: str = ""
+) -> Check:
     """The venv's SGLang version from its dist-info METADATA: no Python runs (the deploy is root, and
-    the venv may be writable by the unit's user)."""
+    the venv may be writable by the unit's user). `supported` is the installed patch's window (its
+    target.py, oldest first). A release outside it is refused, unless `allow_untested` and the drop-in's
+    mode (KDTREE_VERIFY) is validate: then the original's result is what the service serves."""
     try:
         version = venv.installed_version(venv.venv_of(python), "sglang")
     except venv.VenvError as exc:
         return Check("sglang", False, f"cannot read the SGLang version of {python}: {exc}.")
     # a local build label (PEP 440 "+...", e.g. a distro rebuild) keeps the release it was built from
-    if version.split("+", 1)[0] not in supported:
+    if version.split("+", 1)[0] in supported:
+        return Check("sglang", True, f"sglang {version}")
+    window = f"{supported[0]} to {supported[-1]} ({', '.join(supported)})" if supported else "none"
+    outside = (
+        f"{python} has sglang {version}, outside the window this patch supports: {window} (it mirrors "
+        "those releases' TritonAttnBackend.forward_extend, each checked against its wheel)"
+    )
+    if allow_untested and mode == "validate":
+        return Check(
+            "sglang",
+            True,
+            f"{outside}; allowed by {ALLOW_UNTESTED_VAR} in mode validate only: the original's result "
+            "is served, and the promotion keeps this host in validate.",
+        )
+    if allow_untested:
         return Check(
             "sglang",
             False,
-            f"{python} has sglang {version}; this patch supports {', '.join(supported)} only "
-            "(it mirrors that release's TritonAttnBackend.forward_extend). Pin the venv to a "
-            "supported release or deploy a kdtree-fleet release for this one.",
+            f"{outside}. {ALLOW_UNTESTED_VAR} allows it in mode validate only, and the mode is "
+            f"{mode or 'unset'}: deploy with kdtree_service_verify_mode validate, or pin the venv to a "
+            "release of the window.",
         )
-    return Check("sglang", True, f"sglang {version}")
+    return Check(
+        "sglang",
+        False,
+        f"{outside}. Pin the venv to a release of the window, deploy a kdtree-fleet release for this "
+        f"one, or set {ALLOW_UNTESTED_VAR}: true to run it in mode validate only.",
+    )
 
 
 def probe_root_paths(python: str, env: dict[str, str], cwd: str) -> list[str]:
@@ -635,9 +662,11 @@ def run_checks(
     timeout_s: float,
     env_file: str = "",
     library_pending: str = "",
+    allow_untested_sglang: bool = False,
 ) -> list[Check]:
     """Every check not in `skip`, in CHECKS order; `probe_env` None skips the probe. `library_pending`:
-    see check_probe."""
+    see check_probe; `allow_untested_sglang`: see check_sglang (the mode is probe_env's KDTREE_VERIFY,
+    what the drop-in sets)."""
     checks: list[Check] = []
     if unit.show.get("NeedDaemonReload") == "yes":
         return [
@@ -685,7 +714,8 @@ def run_checks(
         checks.append(check_overrides(unit, managed_vars, env_file, launch, line))
     python = launch.python
     if "sglang" in todo and python:
-        checks.append(check_sglang(python, supported_versions))
+        mode = str((probe_env or {}).get("KDTREE_VERIFY", ""))
+        checks.append(check_sglang(python, supported_versions, allow_untested_sglang, mode))
     if "probe" in todo and python and probe_env is not None and all(c.ok for c in checks):
         context = specifier_context(unit.name or "unit.service")
         try:
@@ -823,6 +853,7 @@ def execute(params: dict[str, Any], check_mode: bool = False) -> dict[str, Any]:
         timeout_s=float(params["timeout_s"]),
         env_file=params["secret_env_file"],
         library_pending=library_pending,
+        allow_untested_sglang=bool(params.get("allow_untested_sglang", False)),
     )
     failed = [c for c in checks if not c.ok]
     if failed:

@@ -307,6 +307,38 @@ def status_reader(reader: HostReader, entry: dict[str, Any] | None) -> tuple[Any
         return None, str(exc)
 
 
+def sglang_window(entry: dict[str, Any] | None) -> tuple[list[str], str]:
+    """(the supported SGLang window of the history's current patch, its target.py, or [], the
+    problem when it cannot be read)."""
+    patch_dir = str((entry or {}).get("patch_dir") or "")
+    if not patch_dir:
+        return [], "the history names no patch_dir: no SGLang window"
+    try:
+        target = patch_files.load_installed(
+            patch_dir, patch_files.TARGET_FILE, "kdtree_report_target", ("SUPPORTED_SGLANG_VERSIONS",)
+        )
+    except patch_files.PatchFileError as exc:
+        return [], str(exc)
+    return [str(v) for v in target.SUPPORTED_SGLANG_VERSIONS], ""
+
+
+def sglang_facts(scheduler_files: list[dict[str, Any]], entry: dict[str, Any] | None) -> dict[str, Any]:
+    """The SGLang the schedulers report (their status files' `sglang`) and whether each is in the
+    window of the patch they run: sglang_in_window None when either cannot be read (never taken as
+    in the window)."""
+    versions = sorted({str(f["sglang"]) for f in scheduler_files if f.get("sglang")})
+    window, problem = sglang_window(entry) if versions else ([], "")
+    in_window = None
+    if versions and window:
+        in_window = all(v.split("+", 1)[0] in window for v in versions)
+    return {
+        "sglang_versions": versions,
+        "sglang_window": window,
+        "sglang_in_window": in_window,
+        "sglang_window_problem": problem,
+    }
+
+
 def freshness(
     statusdir: Any, reader: HostReader, files: list[dict[str, Any]], env: dict[str, str] | None
 ) -> tuple[float, dict[int, str]]:
@@ -675,6 +707,7 @@ def gather(query: Query, reader: HostReader | None = None) -> dict[str, Any]:
         "deployed": entry is not None,
         "build_id": str((entry or {}).get("build_id", "")),
         "running_build_ids": running_builds,
+        **sglang_facts(scheduler_files, entry),
         "patch_digest": str((entry or {}).get("patch_digest", ""))[:SHORT_DIGEST],
         "mode": mode,
         "marker_state": wanted_state,
@@ -718,6 +751,12 @@ def problems_of(row: dict[str, Any]) -> list[str]:
             out.append(
                 f"running build {','.join(row['running_build_ids'])}, history says {row.get('build_id')}"
             )
+    if row.get("sglang_in_window") is False:
+        window = row.get("sglang_window") or []
+        out.append(
+            f"sglang {','.join(row.get('sglang_versions') or [])} outside the supported window "
+            f"{window[0]} to {window[-1]}: validate only"
+        )
     if row.get("runtime_fallbacks"):
         out.append(
             f"{row['runtime_fallbacks']} runtime fallbacks ({row.get('runtime_fallback_reason') or '?'})"

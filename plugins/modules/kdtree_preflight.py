@@ -20,9 +20,10 @@ description:
   - V(stderr) stderr reaches the journal (the deploy reads the markers and any traceback there).
   - V(overrides) no drop-in sorting after kdtree's, no C(EnvironmentFile=) and no C(UnsetEnvironment=)
     (in any file; systemd applies it last) overrides a variable kdtree sets.
-  - V(sglang) the venv's installed SGLang version is one the patch supports (the installed patch's
-    C(kdtree_verify/target.py) says which); read from the venv's C(sglang-*.dist-info/METADATA), the
-    unit's python is never run for it.
+  - V(sglang) the venv's installed SGLang version is in the patch's supported window (the installed
+    patch's C(kdtree_verify/target.py) says which); read from the venv's C(sglang-*.dist-info/METADATA),
+    the unit's python is never run for it. O(allow_untested_sglang) lets a release outside it through
+    in mode V(validate) only.
   - V(probe) C(python -m kdtree_verify.probe) run through C(systemd-run) as the unit's C(User=) and
     C(Group=), in its C(WorkingDirectory=), with the unit's merged environment plus O(probe_env), says a
     spawned child would be patched (runs only when every other check passed). A unit without C(User=)
@@ -77,6 +78,12 @@ options:
         drop-in would drop it.
     type: str
     default: ""
+  allow_untested_sglang:
+    description:
+      - Pass the V(sglang) check for a release outside the installed patch's window when the mode
+        (O(probe_env)'s C(KDTREE_VERIFY)) is V(validate); any other mode is still refused.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - kdtree.fleet.attributes
   - kdtree.fleet.attributes.read_only
@@ -140,6 +147,7 @@ def main() -> None:
             "skip": {"type": "list", "elements": "str", "default": [], "choices": list(preflight.CHECKS)},
             "timeout_s": {"type": "int", "required": True},
             "secret_env_file": {"type": "str", "default": ""},
+            "allow_untested_sglang": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )

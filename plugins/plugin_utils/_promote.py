@@ -18,6 +18,9 @@ A host qualifies when every rule holds (`why` names every rule that does not):
 - the statistics are the current run's: every scheduler process started, and its publisher's `since`
   is, at or after the current deploy's start (stale files of earlier runs the report ignores already);
 - the schedulers run the build the history names;
+- every scheduler runs an SGLang release of the patch's supported window (the report's
+  sglang_in_window): a release outside it (let through by kdtree_service_allow_untested_sglang) stays
+  in validate, and so does one the report could not place;
 - validate.compared, summed over the schedulers, is at least `min_compared`, and every scheduler
   compared at least one call;
 - no mismatch, the largest difference is at most `tolerance`, no runtime fallback;
@@ -124,6 +127,24 @@ def _evidence_problems(row: dict[str, Any], reporting: list[dict[str, Any]], rea
     if stale:
         why.append("statistics not fresh (" + "; ".join(stale) + ")")
     return why
+
+
+def _sglang_problems(row: dict[str, Any]) -> list[str]:
+    """A host runs mode on only on an SGLang release of the patch's window (module_utils/_report
+    sglang_facts); an untested one (kdtree_service_allow_untested_sglang) stays in validate, and so
+    does one whose release or window the report could not read."""
+    versions = ",".join(row.get("sglang_versions") or []) or "?"
+    in_window = row.get("sglang_in_window")
+    if in_window is True:
+        return []
+    if in_window is False:
+        window = row.get("sglang_window") or ["?"]
+        return [
+            f"sglang {versions} is outside the patch's supported window {window[0]} to {window[-1]}: "
+            "the patch mirrors only those releases, so it stays in validate (untested release)"
+        ]
+    detail = row.get("sglang_window_problem") or "no scheduler reports its SGLang version"
+    return [f"cannot tell whether sglang {versions} is in the patch's supported window ({detail})"]
 
 
 def settings(min_compared: Any = "", tolerance: Any = "", patch_source: str | Path = "") -> tuple[int, float]:
@@ -235,6 +256,8 @@ def qualify(
         )
     why += _current_run(schedulers, _epoch(current.get("started")))
     why += _evidence_problems(row, reporting, reader)
+
+    why += _sglang_problems(row)
 
     running = row.get("running_build_ids") or []
     if running and running != [row.get("build_id")]:

@@ -27,6 +27,7 @@ COLUMNS = (
     ("build", "BUILD"),
     ("patch", "PATCH"),
     ("mode", "MODE"),
+    ("sglang", "SGLANG"),
     ("algo", "ALGO"),
     ("accept", "ACCEPT"),
     ("unit", "UNIT"),
@@ -89,6 +90,16 @@ def _accept(row: dict[str, Any]) -> str:
     return NONE if value is None else f"{value:.2f}"
 
 
+def _sglang(row: dict[str, Any]) -> str:
+    """The SGLang the schedulers run, "(untested)" after one outside the patch's window, "(window?)"
+    when the window could not be read (module_utils/_report.sglang_facts)."""
+    versions = row.get("sglang_versions") or []
+    if not versions:
+        return NONE
+    mark = {True: "", False: " (untested)", None: " (window?)"}[row.get("sglang_in_window")]
+    return ",".join(versions) + mark
+
+
 def cells(row: dict[str, Any]) -> dict[str, str]:
     """A host's line: one text per COLUMNS key."""
     if "unit" not in row:  # no row from the host (rows() made one): only its name and why
@@ -124,6 +135,7 @@ def cells(row: dict[str, Any]) -> dict[str, str]:
         "build": row.get("build_id") or NONE,
         "patch": row.get("patch_digest") or NONE,
         "mode": row.get("mode") or NONE,
+        "sglang": _sglang(row),
         "algo": _algo(row),
         "accept": _accept(row),
         "unit": row.get("unit_state") or NONE,

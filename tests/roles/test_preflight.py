@@ -343,7 +343,55 @@ def test_the_sglang_version_must_be_supported(tmp_path, version, ok):
     check = preflight.check_sglang(make_venv(tmp_path, version), ("0.5.23",))
     assert check.ok is ok
     if not ok:
-        assert "has sglang 0.5.22; this patch supports 0.5.23 only" in check.message
+        assert "has sglang 0.5.22, outside the window this patch supports: 0.5.23 to 0.5.23" in check.message
+
+
+WINDOW = ("0.5.21", "0.5.22", "0.5.23")
+
+
+@pytest.mark.parametrize("mode", ["on", "off", ""])
+def test_an_untested_release_is_refused_naming_the_window_even_with_the_opt_in_outside_validate(
+    tmp_path, mode
+):
+    python = make_venv(tmp_path, "0.5.24")
+    plain = preflight.check_sglang(python, WINDOW)
+    assert not plain.ok
+    assert (
+        "outside the window this patch supports: 0.5.21 to 0.5.23 (0.5.21, 0.5.22, 0.5.23)" in plain.message
+    )
+    assert f"{preflight.ALLOW_UNTESTED_VAR}: true to run it in mode validate only" in plain.message
+    opted = preflight.check_sglang(python, WINDOW, allow_untested=True, mode=mode)
+    assert not opted.ok
+    assert f"allows it in mode validate only, and the mode is {mode or 'unset'}" in opted.message
+
+
+@pytest.mark.parametrize("version", ["0.5.24", "0.5.20"])
+def test_the_opt_in_lets_an_untested_release_through_in_validate_and_says_what_that_means(tmp_path, version):
+    check = preflight.check_sglang(make_venv(tmp_path, version), WINDOW, allow_untested=True, mode="validate")
+    assert check.ok
+    assert f"has sglang {version}, outside the window" in check.message
+    assert "mode validate only: the original's result is served" in check.message
+
+
+@pytest.mark.parametrize(("mode", "ok"), [("validate", True), ("on", False)])
+def test_the_opt_in_takes_the_mode_the_drop_in_sets(tmp_path, mode, ok):
+    """run_checks judges the release with probe_env's KDTREE_VERIFY: what the service will run with."""
+    python = make_venv(tmp_path, "0.5.24")
+    unit = make_unit(tmp_path, STOCK.replace("/opt/sglang/venv/bin/python", python))
+    others = [c for c in preflight.CHECKS if c != "sglang"]
+    (check,) = preflight.run_checks(
+        unit,
+        managed_vars=MANAGED,
+        exec_start_override=[],
+        compute_capability="12.0",
+        served_backend="triton",
+        supported_versions=WINDOW,
+        probe_env={"KDTREE_VERIFY": mode},
+        skip=others,
+        timeout_s=5,
+        allow_untested_sglang=True,
+    )
+    assert (check.name, check.ok) == ("sglang", ok), check.message
 
 
 def test_the_sglang_version_is_read_without_running_the_venv_s_python(tmp_path):

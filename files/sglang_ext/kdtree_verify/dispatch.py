@@ -1,10 +1,14 @@
 """Which `forward_extend` calls the kdtree kernel serves, and how it serves them.
 
-A mirror of SGLang 0.5.23's `TritonAttnBackend.forward_extend` (triton_backend.py): every branch
-of the original that the kernel does not implement sends the call back to the original method,
-unchanged. Two entry points bind the 0.5.23 signature onto `dispatch()`: the wrapper that the
-lifecycle puts on the class (`make_wrapper`) and the `HookType.AROUND` hook of plugin mode
-(`around_hook`).
+A mirror of `TritonAttnBackend.forward_extend` (triton_backend.py) of every SGLang release in
+target.SGLANG_RELEASES (the supported window): every branch of the original that the kernel does
+not implement sends the call back to the original method, unchanged. The branches are the same in
+every release of the window; the KV write of mode on follows the running release's form
+(target.SGLANG_RELEASES), and a release outside the window never gets the kernel's output (mode on
+sends every call to the original; validate still compares). Two entry points bind the signature
+(target.EXPECTED_PARAMS, the same in every release of the window) onto `dispatch()`: the wrapper
+that the lifecycle puts on the class (`make_wrapper`) and the `HookType.AROUND` hook of plugin
+mode (`around_hook`).
 
 Modes (`KDTREE_VERIFY`): `validate` runs the original (KV write + Triton), then the kernel into a
 scratch buffer, records the difference on the device and returns Triton's output; `on` writes the
@@ -22,7 +26,16 @@ from typing import Any
 
 from kdtree_verify.kernel.shapes import HEAD_DIM_QK, HEAD_DIM_V
 from kdtree_verify.state import LOCK, STATE
-from kdtree_verify.target import EXPECTED_PARAMS, TARGET_ATTR, TARGET_CLASS, TARGET_MODULE
+from kdtree_verify.target import (
+    EXPECTED_PARAMS,
+    KV_WRITE_FOR_BATCH,
+    KV_WRITE_FULL_LOC,
+    SGLANG_RELEASES,
+    TARGET_ATTR,
+    TARGET_CLASS,
+    TARGET_MODULE,
+    release_of,
+)
 from kdtree_verify.telemetry import marker
 from kdtree_verify.telemetry.counters import RUNTIME_FALLBACK
 
@@ -42,7 +55,7 @@ def is_wrapper(func: Any) -> bool:
 
 
 def make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
-    """The class attribute of class-patch mode: the 0.5.23 signature, routed through `dispatch`."""
+    """The class attribute of class-patch mode: the window's signature, routed through `dispatch`."""
 
     def forward_extend(
         self,
@@ -87,7 +100,8 @@ def _batch_size(md: Any) -> int:
 def unsupported_reason(backend, q, k, v, layer, forward_batch, sinks, score_mod, aux_tensors) -> str | None:
     """None when the kdtree kernel can serve this call; else why the original must run.
 
-    Mirrors the branches of the 0.5.23 `forward_extend` (triton_backend.py): the dense-fp8 MHA path
+    Mirrors the branches of the window's `forward_extend` (triton_backend.py):
+    the dense-fp8 MHA path
     (`use_dense_fp8_chunked_prefill`), read-back (`k is None`), DCP (`dcp_size > 1`), deterministic
     (`enable_deterministic`), DLLM (`dllm_attention`), MHA one-shot (`forward_batch.mha_one_shot`),
     sliding window (`layer.sliding_window_size > -1`), non-causal (`is_cross_attention`, `attn_type`),
@@ -188,13 +202,33 @@ def _kernel_for(device: Any) -> Any:
         return STATE.kernel
 
 
+# The reason mode on counts outside the window (the preflight refuses it; this holds if it ran anyway).
+UNTESTED_SGLANG = "sglang outside the supported window"
+
+
+def kv_write_form() -> str | None:
+    """The running release's KV-write form (target.SGLANG_RELEASES), None outside the window."""
+    return SGLANG_RELEASES.get(release_of(STATE.sglang))
+
+
 def _write_kv_like_original(backend, layer, forward_batch, k, v) -> None:
-    """The `save_kv_cache` branch of the 0.5.23 `forward_extend`, verbatim in behaviour:
-    `KVWriteLoc.for_batch(forward_batch, swa_loc=forward_metadata.swa_out_cache_loc)`, then
-    `_set_kv_buffer` when `layer.k_scale is None`, else for MLA `set_kv_buffer(layer, loc, k/k_scale, v)`.
+    """The `save_kv_cache` branch of the running release's `forward_extend`, verbatim in behaviour:
+    the KVWriteLoc built as that release builds it (kv_write_form: `KVWriteLoc.for_batch(forward_batch,
+    swa_loc=md.swa_out_cache_loc)` from 0.5.22, `KVWriteLoc(forward_batch.out_cache_loc,
+    md.swa_out_cache_loc, full_loc=md.out_cache_loc_full_physical)` before), then `_set_kv_buffer` when
+    `layer.k_scale is None`, else for MLA `set_kv_buffer(layer, loc, k/k_scale, v)`.
     """
     kv_write_loc = sys.modules[TARGET_MODULE].KVWriteLoc  # the name the original resolves
-    loc_info = kv_write_loc.for_batch(forward_batch, swa_loc=backend.forward_metadata.swa_out_cache_loc)
+    md = backend.forward_metadata
+    form = kv_write_form()
+    if form == KV_WRITE_FOR_BATCH:
+        loc_info = kv_write_loc.for_batch(forward_batch, swa_loc=md.swa_out_cache_loc)
+    elif form == KV_WRITE_FULL_LOC:
+        loc_info = kv_write_loc(
+            forward_batch.out_cache_loc, md.swa_out_cache_loc, full_loc=md.out_cache_loc_full_physical
+        )
+    else:  # unsupported_reason never lets mode on reach here outside the window
+        raise RuntimeError(f"sglang {STATE.sglang!r} has no known KV-write form")
     if layer.k_scale is None:
         backend._set_kv_buffer(forward_batch, layer, loc_info, k, v)
     else:  # use_mla is guaranteed by unsupported_reason
@@ -202,7 +236,7 @@ def _write_kv_like_original(backend, layer, forward_batch, k, v) -> None:
 
 
 def descales(layer: Any) -> tuple[float, float]:
-    """(k_scale, v_scale) as the 0.5.23 `forward_extend` passes them to `extend_attention_fwd`:
+    """(k_scale, v_scale) as every `forward_extend` of the window passes them to `extend_attention_fwd`:
     `layer.k_scale_float` / `layer.v_scale_float` when both scales are set, else (1.0, 1.0), even when
     only `k_scale` is set (the KV write still divides K by it). Matching this keeps validate mode
     comparing like with like; files/csrc/README.md ("Scales") records the decision."""
@@ -254,6 +288,9 @@ def dispatch(original, backend, q, k, v, layer, forward_batch, save_kv_cache, si
         return run_original()
     if STATE.mode == "validate":
         return _validate(run_original, kernel, backend, q, k, v, layer)
+    if kv_write_form() is None:  # mode on outside the window: no kernel output is ever served
+        STATE.count(f"original:{UNTESTED_SGLANG}")
+        return run_original()
     # mode "on": the KV write of the original, then the kernel only.
     if save_kv_cache:
         _write_kv_like_original(backend, layer, forward_batch, k, v)

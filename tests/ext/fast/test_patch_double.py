@@ -499,3 +499,32 @@ def test_validate_mode_counts_compared_calls_and_publishes_the_device_statistics
     assert doc["counters"]["original_calls"] == {"not_verify": 1, "validate": 2}
     assert doc["counters"]["kernel_calls"] == 0  # Triton's output was returned
     assert doc["validate"] == {"compared": 2, "mismatches": 0, "max_diff": 0.0}
+
+
+def test_mode_on_writes_the_kv_cache_as_the_running_release_of_the_window_does(active, monkeypatch):
+    """0.5.21 and older build the KVWriteLoc with full_loc (target.SGLANG_RELEASES), 0.5.22 on with
+    for_batch (the batch's physical mark): the same slots either way, the form of that release."""
+    from kdtree_verify.state import STATE
+
+    monkeypatch.setattr(STATE, "sglang", "0.5.21")
+    backend = make_backend()
+    backend.forward_metadata.out_cache_loc_full_physical = "full-slots"  # 0.5.21's ForwardMetadata field
+    call(backend)
+    ((_layer, loc, _k, _v, _scales),) = backend.token_to_kv_pool.writes
+    assert loc.loc == "slots" and loc.full_loc == "full-slots" and loc.physical is False
+    monkeypatch.setattr(STATE, "sglang", "0.5.23+local")
+    backend = make_backend()
+    call(backend, batch={"out_cache_loc_is_physical": True})
+    ((_layer, loc, _k, _v, _scales),) = backend.token_to_kv_pool.writes
+    assert loc.loc == "slots" and loc.full_loc is None and loc.physical is True
+
+
+@pytest.mark.parametrize("version", ["0.5.24", "0.5.17", ""])
+def test_mode_on_outside_the_window_serves_only_the_original(active, monkeypatch, version):
+    from kdtree_verify.state import STATE
+
+    monkeypatch.setattr(STATE, "sglang", version)
+    backend = make_backend()
+    call(backend)
+    assert backend.calls == ["forward_extend"] and active.kernel.calls == []
+    assert lifecycle.status()["counts"] == {f"original:{dispatch.UNTESTED_SGLANG}": 1}

@@ -42,6 +42,7 @@ REASON_SLUGS: dict[str, str] = {
     "kernel has no capability query": "no_capabilities",
     "kernel unavailable": "kernel_unavailable",  # the library failed to load, or the GPU is unsupported
     "kernel call failed": "kernel_error",
+    "sglang outside the supported window": "untested_sglang",  # dispatch.UNTESTED_SGLANG, mode on
 }
 REASON_PREFIX_SLUGS: tuple[tuple[str, str], ...] = (
     ("not absorbed MLA", "shape"),

@@ -1,0 +1,127 @@
+"""The SGLang window as the fleet sees it: the report shows each host's SGLang release and whether it is
+in the window of the patch it runs (module_utils/_report.sglang_facts, the SGLANG column), and the
+promotion keeps a host on a release outside it (or one it cannot place) in validate. The window is the
+patch's own (files/sglang_ext/kdtree_verify/target.py, loaded by path from the history's patch_dir).
+"""
+
+from __future__ import annotations
+
+import re
+import runpy
+import time
+
+import pytest
+from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
+from conftest import PATCH_DIR, ROOT
+from test_promote import _date_deploy, good_row, judge
+from test_report import counters, gather, health_server, host, status  # noqa: F401 (fixtures)
+
+WINDOW = tuple(runpy.run_path(str(PATCH_DIR / "kdtree_verify/target.py"))["SUPPORTED_SGLANG_VERSIONS"])
+
+
+def _write(fixture, version: str) -> None:
+    for proc in (fixture.tp0, fixture.tp1):
+        fixture.write_status(
+            proc.pid,
+            status(
+                proc.pid,
+                schema=1,
+                title="sglang::scheduler_TP0",
+                since=time.time(),
+                updated=time.time(),
+                build_id="0123456789abcdef",
+                sglang=version,
+                counters=counters(0, {"validate": 700}),
+                validate={"compared": 700, "mismatches": 0, "max_diff": 0.003},
+            ),
+        )
+
+
+@pytest.mark.parametrize(
+    ("version", "in_window"), [(WINDOW[0], True), (WINDOW[-1] + "+local", True), ("0.5.99", False)]
+)
+def test_a_gathered_row_says_the_release_and_whether_the_patch_s_window_holds_it(
+    host,  # noqa: F811 (the imported fixture)
+    health_server,  # noqa: F811 (the imported fixture)
+    version,
+    in_window,
+):
+    host.deploy(nccl_env={})
+    _date_deploy(host, time.time() - 60)
+    _write(host, version)
+    row = gather(host, health_server)
+    assert row["sglang_versions"] == [version]
+    assert tuple(row["sglang_window"]) == WINDOW
+    assert row["sglang_in_window"] is in_window
+    untested = [p for p in row["problems"] if "outside the supported window" in p]
+    assert bool(untested) is not in_window, row["problems"]
+    ok, why = judge(row)
+    assert ok is in_window, why
+    if not in_window:
+        assert f"sglang 0.5.99 is outside the patch's supported window {WINDOW[0]} to {WINDOW[-1]}" in why
+        assert "stays in validate (untested release)" in why
+
+
+@pytest.mark.parametrize(
+    ("over", "said"),
+    [
+        (
+            {"sglang_versions": ["0.5.24"], "sglang_in_window": False},
+            "outside the patch's supported window 0.5.22 to 0.5.23",
+        ),
+        (
+            {"sglang_versions": [], "sglang_in_window": None},
+            "cannot tell whether sglang ? is in the patch's supported window",
+        ),
+        (
+            {"sglang_in_window": None, "sglang_window_problem": "target.py does not exist"},
+            "(target.py does not exist)",
+        ),
+    ],
+)
+def test_the_promotion_keeps_an_untested_or_unplaced_release_in_validate(over, said):
+    ok, why = judge(good_row(**over))
+    assert not ok and said in why, why
+
+
+def test_the_report_table_shows_the_release_and_marks_an_untested_one():
+    assert ("sglang", "SGLANG") in report_table.COLUMNS
+    assert report_table.cells(good_row())["sglang"] == "0.5.23"
+    assert (
+        report_table.cells(good_row(sglang_versions=["0.5.24"], sglang_in_window=False))["sglang"]
+        == "0.5.24 (untested)"
+    )
+    assert report_table.cells(good_row(sglang_in_window=None))["sglang"] == "0.5.23 (window?)"
+    assert report_table.cells(good_row(sglang_versions=[]))["sglang"] == report_table.NONE
+
+
+def test_the_window_is_written_only_in_target_py():
+    """No code outside the patch's target.py names a release of the window: the preflight, the report,
+    the promotion, the patch and the wheel fetcher all read SUPPORTED_SGLANG_VERSIONS."""
+    from test_one_owner import _other_code, _python_code
+
+    pattern = re.compile(r"\b(" + "|".join(re.escape(v) for v in WINDOW) + r")\b")
+    owner = PATCH_DIR / "kdtree_verify/target.py"
+    assert pattern.search(_python_code(owner.read_text()))
+    # the real-wheel venv's release (tests/ext/sglang, the engine) is its own fact; it must be in the window
+    venv_script = ROOT / "scripts/sglang-venv.sh"
+    (real,) = set(re.findall(r"--no-deps sglang==([\w.+]+)", venv_script.read_text()))
+    assert real in WINDOW, f"{venv_script} installs sglang {real}, outside the window {WINDOW}"
+    double = (ROOT / "scripts/testhosts/install-double.sh").read_text()
+    (double_version,) = re.findall(r"^VERSION=(\S+)$", double, re.M)
+    assert double_version.split("+", 1)[0] in WINDOW, f"the test hosts' double is sglang {double_version}"
+    found = []
+    for top in ("plugins", "roles", "playbooks", "mk", "scripts", "files/sglang_ext"):
+        for path in sorted((ROOT / top).rglob("*")):
+            if (
+                not path.is_file()
+                or path in (owner, venv_script)
+                or path.suffix not in (".py", ".yml", ".sh", ".mk", ".j2")
+                or path.name == "argument_specs.yml"  # descriptions are prose
+                or "testhosts" in path.parts  # test-host tooling: the double's own version, checked above
+            ):
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            code = _python_code(text) if path.suffix == ".py" else _other_code(text)
+            found += [f"{path.relative_to(ROOT)}: {m.group(1)}" for m in pattern.finditer(code)]
+    assert found == []
