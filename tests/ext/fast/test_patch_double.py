@@ -499,3 +499,32 @@ def test_validate_mode_counts_compared_calls_and_publishes_the_device_statistics
     assert doc["counters"]["original_calls"] == {"not_verify": 1, "validate": 2}
     assert doc["counters"]["kernel_calls"] == 0  # Triton's output was returned
     assert doc["validate"] == {"compared": 2, "mismatches": 0, "max_diff": 0.0}
+
+
+def test_validate_writes_the_kv_once_times_both_paths_past_the_warm_up_and_publishes_it(
+    status_dir, validating
+):
+    from kdtree_verify.telemetry import timing
+
+    backend = make_backend()
+    backend.extend_attention_fwd = lambda *a, **k: FakeTensor((T, H * HEAD_DIM_V))  # Triton's output
+    calls = timing.WARMUP_CALLS + 2
+    for _ in range(calls):
+        call(backend, batch={"seq_lens_sum": 2 * 300})
+    # the KV cache is written once per call (as mode on writes it), outside both timed paths
+    assert len(backend.token_to_kv_pool.writes) == calls
+    assert len(validating.kernel.calls) == calls
+    doc = _published(status_dir)
+    timed = doc["timing"]
+    assert timed["clock"] == "host" and timed["untimed_warmup"] == timing.WARMUP_CALLS
+    (bucket,) = timed["buckets"]
+    # batch 2 (qo_indptr spans 2), draft n = max_extend_len 4, mean prefix 300 -> le1024, 16 heads
+    assert {k: bucket[k] for k in ("batch", "draft", "prefix", "heads", "timed_calls")} == {
+        "batch": 2,
+        "draft": 4,
+        "prefix": "le1024",
+        "heads": H,
+        "timed_calls": 2,
+    }
+    assert bucket["kernel_s"] > 0 and bucket["original_s"] > 0
+    assert "kdtree_verify_timed_calls_total{" in (status_dir / f"{doc['pid']}.prom").read_text()
