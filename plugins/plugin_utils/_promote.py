@@ -175,7 +175,9 @@ def speed_settings(min_timed_calls: Any = "", min_speedup: Any = "") -> tuple[in
         except ValueError:
             count = -1
         if count < 1:
-            raise PromoteError(f"kdtree_promote_min_timed_calls={min_timed_calls!r} is not a whole number >= 1")
+            raise PromoteError(
+                f"kdtree_promote_min_timed_calls={min_timed_calls!r} is not a whole number >= 1"
+            )
     if min_speedup in ("", None):
         return count, DEFAULT_MIN_SPEEDUP
     try:
@@ -359,7 +361,8 @@ def verdict(
     count, tol = settings(min_compared, tolerance, patch_source)
     timed, figure = speed_settings(min_timed_calls, min_speedup)
     ok, why = qualify(row, count, tol, expected, status_reader(patch_source), timed, figure)
-    measured = speed.speed((row.get("speed") or {}).get("buckets")) if isinstance(row.get("speed"), dict) else {}
+    given = row.get("speed")
+    measured = speed.speed(given.get("buckets")) if isinstance(given, dict) else {}
     return {
         "host": str(row.get("host") or "?"),
         "qualified": ok,

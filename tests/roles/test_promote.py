@@ -114,9 +114,8 @@ def test_a_healthy_validate_host_with_enough_clean_evidence_qualifies():
     ok, why = judge(good_row())
     assert ok, why
     assert (
-        why
-        == "1200 calls compared over 2 schedulers, 0 mismatches, max diff 0.004 <= 0.02, no runtime fallback, "
-        "speedup 1.50 over 400 timed calls (worst bucket b1/n4/le1024/h16 1.50)"
+        why == "1200 calls compared over 2 schedulers, 0 mismatches, max diff 0.004 <= 0.02, "
+        "no runtime fallback, speedup 1.50 over 400 timed calls (worst bucket b1/n4/le1024/h16 1.50)"
     )
 
 

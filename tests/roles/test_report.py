@@ -28,11 +28,11 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import (
 from ansible_collections.kdtree.fleet.plugins.module_utils import (
     _report as report,
 )
+from ansible_collections.kdtree.fleet.plugins.module_utils import _speed as speed_module
 from ansible_collections.kdtree.fleet.plugins.module_utils import (
     _unit_env as unit_env,
 )
 from ansible_collections.kdtree.fleet.plugins.modules import kdtree_report
-from ansible_collections.kdtree.fleet.plugins.module_utils import _speed as speed_module
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
 from conftest import PATCH_DIR, PLAYBOOK_BIN, ROOT, run_ansible
 
