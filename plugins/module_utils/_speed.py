@@ -27,7 +27,7 @@ import math
 from typing import Any
 
 # A bucket's speedup is shown (and can be the worst) with at least this many timed calls.
-MIN_BUCKET_CALLS = 20
+MIN_BUCKET_CALLS = 10
 # The bucket's keys in a status document (the patch's metrics.BUCKET_LABELS, its owner) and the
 # short prefixes of its label: b<batch>/n<draft>/<prefix>/h<heads>.
 LABEL_PARTS = (("batch", "b"), ("draft", "n"), ("prefix", ""), ("heads", "h"))

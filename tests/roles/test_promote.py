@@ -24,6 +24,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.kdtree.fleet.plugins.filter import promote as promote_filter
 from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
+from ansible_collections.kdtree.fleet.plugins.module_utils import _speed as speed
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _promote as promote
 from conftest import PATCH_DIR, PLAYBOOK_BIN, ROOT, load_yaml, run_ansible
 from test_report import counters, gather, health_server, host, status  # noqa: F401 (fixtures)
@@ -622,7 +623,7 @@ def test_a_slow_bucket_refuses_even_when_the_host_s_figure_passes():
     ok, why = judge(_speed_row(fast, slow))
     assert not ok and why.endswith("bucket b16/n4/le1024/h16 is slower than the original (speedup 0.90)")
     # below the bucket's sample minimum it is not shown, and cannot be the worst
-    few = timing_bucket(19, 0.5, 1.0, batch=16)
+    few = timing_bucket(speed.MIN_BUCKET_CALLS - 1, 0.5, 1.0, batch=16)
     assert judge(_speed_row(fast, few))[0]
 
 
