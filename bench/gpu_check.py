@@ -66,6 +66,7 @@ GPU_TEST_FILES = (
     "tests/kernel/test_kernel_gpu.py",
     "tests/kernel/test_teeth_gpu.py",
     "tests/kernel/test_call_counter.py",
+    "tests/kernel/test_timing_gpu.py",
 )
 FULL_EXTRA_FILES = ("tests/kernel/test_checks_cpu.py",)
 QUICK_MARKER = "tier_quick"
@@ -150,6 +151,12 @@ QUICK: dict[str, Variant] = {
     "[one split]": Variant("tree", "bf16", "int64", 32, "short", False, "device call counter"),
     "test_call_counter.py::test_graph_replays_bump_the_device_counter_not_the_python_count"
     "[split-KV + combine]": Variant("tree", "bf16", "int64", 32, "mid", True, "device call counter"),
+    "test_timing_gpu.py::test_events_are_read_later_without_waiting_for_the_forward_stream": Variant(
+        "tree", "bf16", "int64", 32, "short", False, "validate timing: CUDA events read later"
+    ),
+    "test_timing_gpu.py::test_a_call_under_graph_capture_is_not_timed_and_the_graph_still_replays": Variant(
+        "tree", "bf16", "int64", 32, "short", False, "validate timing: captured calls untimed"
+    ),
 }
 
 

@@ -19,6 +19,7 @@ import logging
 import math
 import os
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -210,6 +211,46 @@ def counter_cost(vk, kv_dtype) -> dict:
         vk.count_calls = True
     with_us, without_us = min(timings["with_us"]), min(timings["without_us"])
     return {"with_us": with_us, "without_us": without_us, "overhead_pct": (with_us / without_us - 1) * 100}
+
+
+def timing_cost(calls: int = 20000, cuda: bool = False) -> dict:
+    """Validate timing's cost per call (kdtree_verify/telemetry/timing.py), in microseconds on the host,
+    the forward's thread: the host clock's bookkeeping (two perf_counter_ns pairs, the bucket's warm-up
+    check, the sums) and, with `cuda`, the CUDA clock's (three event records on the forward's stream,
+    the queue), plus the publisher thread's drain per call (its thread, not the forward's). The device
+    side of an event record is a stream marker (no kernel): nothing to add there."""
+    from kdtree_verify.telemetry import timing
+
+    key = timing.bucket_key(1, 4, "le1024", 8)
+    out: dict[str, float] = {}
+    host = timing.Timings()
+    for _ in range(timing.WARMUP_CALLS):
+        host.start(key)
+    started = time.perf_counter_ns()
+    for _ in range(calls):
+        if host.start(key):
+            a = timing.now_ns()
+            b = timing.now_ns()
+            host.host(key, b - a, timing.now_ns() - b)
+    out["host_clock_us"] = (time.perf_counter_ns() - started) / calls / 1e3
+    if cuda:
+        gpu = timing.Timings(timing.CUDA_CLOCK)
+        for _ in range(timing.WARMUP_CALLS):
+            gpu.start(key)
+        batch = min(calls, timing.MAX_PENDING)
+        started = time.perf_counter_ns()
+        for _ in range(batch):
+            if gpu.start(key) and gpu.room():
+                events = (gpu.event(), gpu.event(), gpu.event())
+                for event in events:
+                    event.record()
+                gpu.events(key, *events)
+        out["cuda_clock_us"] = (time.perf_counter_ns() - started) / batch / 1e3
+        torch.cuda.synchronize()
+        started = time.perf_counter_ns()
+        drained = gpu.drain()
+        out["drain_us"] = (time.perf_counter_ns() - started) / max(drained, 1) / 1e3
+    return out
 
 
 def roofline_us(batch: int, n: int, prefix: int, heads: int, kv_elem: int, gbps: float, tflops: float | None):
@@ -446,6 +487,12 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"call counter (H=8 batch=1 n=4 prefix=1k): {cost['with_us']:.2f} us with, "
         f"{cost['without_us']:.2f} us without ({cost['overhead_pct']:+.1f} %)",
+        flush=True,
+    )
+    cost = timing_cost(cuda=True)
+    print(
+        f"validate timing per call: {cost['cuda_clock_us']:.2f} us on the forward's thread (3 CUDA events), "
+        f"{cost['drain_us']:.2f} us in the status thread's drain; host clock {cost['host_clock_us']:.2f} us",
         flush=True,
     )
     results = goals(rows)

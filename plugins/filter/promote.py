@@ -20,17 +20,26 @@ def kdtree_promote_verdict(
     tolerance: Any = "",
     expected: Any = None,
     patch_source: Any = "",
+    min_timed_calls: Any = "",
+    min_speedup: Any = "",
 ) -> dict[str, Any]:
     """{host, qualified, why, min_compared, tolerance} from one host's registered kdtree_report
     result. min_compared / tolerance "" take the defaults (promote.DEFAULT_MIN_COMPARED; the
     DEFAULT_TOL of the patch under patch_source, the patch role's kdtree_patch_source_dir).
-    expected: {build_id, patch_digest} the promotion's deploy would install, or None (not compared)."""
+    expected: {build_id, patch_digest} the promotion's deploy would install, or None (not compared).
+    min_timed_calls / min_speedup "" take promote.DEFAULT_MIN_TIMED_CALLS / DEFAULT_MIN_SPEEDUP."""
     row = report_table.rows([result if isinstance(result, dict) else {}], [str(host)])[0]
     if expected is not None and not isinstance(expected, dict):
         raise AnsibleFilterError("kdtree_promote_verdict: expected must be a dict (build_id, patch_digest)")
     try:
         return promote.verdict(
-            row, min_compared, tolerance, dict(expected) if expected else None, str(patch_source or "")
+            row,
+            min_compared,
+            tolerance,
+            dict(expected) if expected else None,
+            str(patch_source or ""),
+            min_timed_calls,
+            min_speedup,
         )
     except promote.PromoteError as exc:
         raise AnsibleFilterError(f"kdtree_promote_verdict: {exc}") from exc

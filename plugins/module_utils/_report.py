@@ -52,6 +52,9 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import (
     _smoke_host as smoke_host,
 )
 from ansible_collections.kdtree.fleet.plugins.module_utils import (
+    _speed as speed,
+)
+from ansible_collections.kdtree.fleet.plugins.module_utils import (
     _unit_env as unit_env,
 )
 from ansible_collections.kdtree.fleet.plugins.module_utils._http_client import HttpFailure, request
@@ -363,7 +366,13 @@ def summarize_status(files: list[dict[str, Any]]) -> dict[str, Any]:
     compared: list[int] = []
     mismatches: list[int] = []
     max_diffs: list[float] = []
+    buckets: list[Any] = []
+    timed_files = 0
     for item in files:
+        timing = item.get("timing")
+        if isinstance(timing, dict):
+            timed_files += 1
+            buckets.extend(timing.get("buckets") if isinstance(timing.get("buckets"), list) else [None])
         counters = item.get("counters") if isinstance(item.get("counters"), dict) else {}
         # the library's own count (ABI 4: CUDA graph replays included) over Python's when present
         for key in ("kernel_calls_device", "kernel_calls"):
@@ -403,6 +412,13 @@ def summarize_status(files: list[dict[str, Any]]) -> dict[str, Any]:
         "validate_compared": sum(compared) if compared else None,
         "validate_mismatches": sum(mismatches) if mismatches else None,
         "validate_max_diff": max_diff,
+        # validate's A/B timing and the kernel's share of the verify calls (module_utils/_speed.py)
+        "speed": speed.speed(buckets) if timed_files else None,
+        "coverage": speed.coverage(
+            [item["counters"] for item in files if isinstance(item.get("counters"), dict)]
+        )
+        if any(isinstance(item.get("counters"), dict) for item in files)
+        else None,
     }
 
 
@@ -453,6 +469,8 @@ def scheduler_details(
                 "mismatches": _int(validate.get("mismatches")),
                 "max_diff": _num(validate.get("max_diff")),
                 "runtime_fallbacks": runtime,
+                "speed": own["speed"],
+                "coverage": own["coverage"],
                 "fresh": fresh.get(item["pid"], "freshness not checked"),
             }
         )
@@ -763,6 +781,9 @@ def problems_of(row: dict[str, Any]) -> list[str]:
         )
     if row.get("validate_mismatches"):
         out.append(f"{row['validate_mismatches']} validate mismatches")
+    for key in ("speed", "coverage"):
+        if (row.get(key) or {}).get("problem"):
+            out.append(f"{key} refused: {row[key]['problem']}")
     if row.get("nccl_env_ok") is False:
         out.append(f"NCCL differs: {json.dumps(row.get('nccl_env_diff'), sort_keys=True)}")
     if row.get("status_files_stale"):

@@ -28,6 +28,13 @@ A host qualifies when every rule holds (`why` names every rule that does not):
 - every count is a count: an int >= 0, never a string, bool, list or missing (the patch's
   statusdir.py count_problem, loaded by path: the one owner of what a status count is);
 - every scheduler's statistics are fresh (the report's per-scheduler `fresh`, statusdir's bound);
+- speed (module_utils/_speed.py, the one definition): at least `min_timed_calls` calls timed on
+  both paths in the current run (the report's `speed`, summed over the schedulers), and a speedup
+  (the original's seconds / the kernel's) of at least `min_speedup` (DEFAULT_MIN_SPEEDUP: 1.0 plus a
+  noise margin); no bucket shown (enough samples) slower than the original (below SLOW_BUCKET); the
+  figure is re-derived here from the buckets, and odd timing (NaN, a negative or missing value, no
+  kernel time with calls) refuses, never counts as zero. A host that fails says its figure and the
+  worst bucket;
 - when `expected` is given (the build id and patch digest the promotion's deploy would install), the
   host runs those: evidence for another build or patch version is no evidence.
 
@@ -48,10 +55,19 @@ from pathlib import Path
 from typing import Any
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import _patch_files as patch_files
+from ansible_collections.kdtree.fleet.plugins.module_utils import _speed as speed
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
 
 # validate.compared summed over a host's schedulers, at least (kdtree_promote_min_compared).
 DEFAULT_MIN_COMPARED = 1000
+# calls timed on both paths over a host's schedulers, at least (kdtree_promote_min_timed_calls).
+DEFAULT_MIN_TIMED_CALLS = 200
+# the speedup a host needs (kdtree_promote_min_speedup): 1.0, plus 5 % for the noise of timing two
+# implementations call by call on live traffic (the margin the argument spec documents).
+DEFAULT_MIN_SPEEDUP = 1.05
+# a bucket with enough samples (module_utils/_speed.MIN_BUCKET_CALLS) whose speedup is below this
+# (the kernel slower than the original on those shapes) refuses, whatever the host's figure.
+SLOW_BUCKET = 1.0
 # The patch's config.py (the owner of DEFAULT_TOL), relative to the patch source directory
 # (kdtree_patch_source_dir: the directory that holds sitecustomize.py and kdtree_verify/).
 PATCH_CONFIG = Path(patch_files.CONFIG_FILE)
@@ -170,6 +186,52 @@ def settings(min_compared: Any = "", tolerance: Any = "", patch_source: str | Pa
     return count, tol
 
 
+def speed_settings(min_timed_calls: Any = "", min_speedup: Any = "") -> tuple[int, float]:
+    """(min_timed_calls, min_speedup) from the play's variables; "" or None takes the default."""
+    if min_timed_calls in ("", None):
+        count = DEFAULT_MIN_TIMED_CALLS
+    else:
+        try:
+            count = int(str(min_timed_calls))
+        except ValueError:
+            count = -1
+        if count < 1:
+            raise PromoteError(
+                f"kdtree_promote_min_timed_calls={min_timed_calls!r} is not a whole number >= 1"
+            )
+    if min_speedup in ("", None):
+        return count, DEFAULT_MIN_SPEEDUP
+    try:
+        figure = float(str(min_speedup))
+    except ValueError:
+        figure = math.nan
+    if not (math.isfinite(figure) and figure > 0):
+        raise PromoteError(f"kdtree_promote_min_speedup={min_speedup!r} is not a finite number > 0")
+    return count, figure
+
+
+def speed_problems(row: dict[str, Any], min_timed_calls: int, min_speedup: float) -> tuple[list[str], str]:
+    """(why the row's speed does not qualify, [] when it does; the evidence in words)."""
+    given = row.get("speed")
+    if not isinstance(given, dict):
+        return ["no timing of the kernel against the original (a patch without validate timing?)"], ""
+    figure = speed.speed(given.get("buckets"))  # re-derived: the row's own figure is not trusted
+    if figure["problem"]:
+        return [f"timing this gate does not understand: {figure['problem']}"], ""
+    why = []
+    timed = figure["timed_calls"]
+    if timed < min_timed_calls:
+        why.append(f"{timed} calls timed, fewer than {min_timed_calls}")
+    worst = figure["worst_bucket"]
+    worst_text = f" (worst bucket {worst['label']} {worst['speedup']:.2f})" if worst else ""
+    if figure["speedup"] is not None and figure["speedup"] < min_speedup:
+        why.append(f"speedup {figure['speedup']:.2f} < {min_speedup:g}{worst_text}")
+    elif worst and worst["speedup"] < SLOW_BUCKET:
+        why.append(f"bucket {worst['label']} is slower than the original (speedup {worst['speedup']:.2f})")
+    evidence = f"speedup {figure['speedup']:.2f} over {timed} timed calls{worst_text}" if timed else ""
+    return why, evidence
+
+
 def _epoch(text: Any) -> float | None:
     try:
         return float(calendar.timegm(time.strptime(str(text), HISTORY_TIME)))
@@ -203,6 +265,8 @@ def qualify(
     tolerance: float,
     expected: dict[str, Any] | None = None,
     reader: Any = None,
+    min_timed_calls: int = DEFAULT_MIN_TIMED_CALLS,
+    min_speedup: float = DEFAULT_MIN_SPEEDUP,
 ) -> tuple[bool, str]:
     """(qualifies, why) for one host's report row. Why names every rule that fails, or, when the
     host qualifies, the evidence. `reader`: the patch's status reader (status_reader())."""
@@ -294,11 +358,14 @@ def qualify(
         reason = row.get("runtime_fallback_reason") or "?"
         why.append(f"{fallbacks} runtime fallbacks ({reason})")
 
+    slow, evidence = speed_problems(row, min_timed_calls, min_speedup)
+    why += slow
+
     if why:
         return False, "; ".join(why)
     return True, (
         f"{total} calls compared over {len(reporting)} schedulers, 0 mismatches, "
-        f"max diff {max_diff or 0.0:.3g} <= {tol:g}, no runtime fallback"
+        f"max diff {max_diff or 0.0:.3g} <= {tol:g}, no runtime fallback, {evidence}"
     )
 
 
@@ -308,17 +375,27 @@ def verdict(
     tolerance: Any = "",
     expected: dict[str, Any] | None = None,
     patch_source: str | Path = "",
+    min_timed_calls: Any = "",
+    min_speedup: Any = "",
 ) -> dict[str, Any]:
-    """{host, qualified, why, min_compared, tolerance} for one row, with the play's settings
-    (settings(): "" takes the defaults, the tolerance's read from `patch_source`)."""
+    """{host, qualified, why, min_compared, tolerance, min_timed_calls, min_speedup, speedup,
+    worst_bucket} for one row, with the play's settings (settings(), speed_settings(): "" takes
+    the defaults, the tolerance's read from `patch_source`)."""
     count, tol = settings(min_compared, tolerance, patch_source)
-    ok, why = qualify(row, count, tol, expected, status_reader(patch_source))
+    timed, figure = speed_settings(min_timed_calls, min_speedup)
+    ok, why = qualify(row, count, tol, expected, status_reader(patch_source), timed, figure)
+    given = row.get("speed")
+    measured = speed.speed(given.get("buckets")) if isinstance(given, dict) else {}
     return {
         "host": str(row.get("host") or "?"),
         "qualified": ok,
         "why": why,
         "min_compared": count,
         "tolerance": tol,
+        "min_timed_calls": timed,
+        "min_speedup": figure,
+        "speedup": measured.get("speedup"),
+        "worst_bucket": measured.get("worst_bucket"),
     }
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import _report as report
+from ansible_collections.kdtree.fleet.plugins.module_utils import _speed as speed
 
 NONE = report.NONE
 
@@ -37,6 +38,8 @@ COLUMNS = (
     ("fallbacks", "FALLBACKS"),
     ("rt_fb", "RT_FB"),
     ("validate", "VALIDATE(mis/cmp)"),
+    ("speedup", "SPEEDUP"),
+    ("coverage", "COVERAGE"),
     ("nccl", "NCCL"),
     ("last", "LAST DEPLOY"),
     ("notes", "NOTES"),
@@ -145,6 +148,8 @@ def cells(row: dict[str, Any]) -> dict[str, str]:
         "fallbacks": _fallbacks(row),
         "rt_fb": _count(row.get("runtime_fallbacks")),
         "validate": validate,
+        "speedup": speed.speed_text(row.get("speed")) or NONE,
+        "coverage": speed.coverage_text(row.get("coverage")) or NONE,
         "nccl": nccl,
         "last": last_text,
         "notes": "; ".join(row.get("problems") or []) or NONE,
@@ -169,6 +174,8 @@ def scheduler_cells(item: dict[str, Any]) -> dict[str, str]:
         "fallbacks": _fallbacks(item),
         "rt_fb": _count(item.get("runtime_fallbacks")),
         "validate": validate,
+        "speedup": speed.speed_text(item.get("speed")),
+        "coverage": speed.coverage_text(item.get("coverage")),
     }
 
 

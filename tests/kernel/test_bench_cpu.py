@@ -50,3 +50,9 @@ def test_goals_pass_and_fail_with_their_figures():
 def test_goals_without_triton_or_long_prefixes_say_not_measured():
     got = kb.goals([_row(prefix=1024, triton_us=None, speedup=None)])
     assert all(v.startswith("NOT MEASURED") for _, v in got)
+
+
+def test_the_host_clock_s_cost_per_call_is_measured_and_small():
+    cost = kb.timing_cost(calls=5000)
+    # the CPU figure the kernel benchmark prints beside the CUDA one (docs/operations.md "Modes")
+    assert 0 < cost["host_clock_us"] < 50, cost

@@ -193,3 +193,20 @@ def test_the_doubles_c_checks_are_the_librarys(host):
     assert _run(host.lib, _args(**fp32, custom_mask=None)) == 1
     assert _run(host.lib, _args(**fp32, block_m=48)) == 1
     assert _run(host.lib, _args(**fp32, batch_size=0)) == 0
+
+
+def test_a_slow_double_is_right_but_slower_than_its_sleep(tmp_path, host):
+    import time
+
+    slow = kernel.load(str(build_host_double(tmp_path, "--fault", "slow")))
+    spec = CASES["engine: 4 heads, tree of 8"]
+    case = fp32_case(spec)
+    started = time.perf_counter()
+    got = run_host(slow, case, 8)
+    slow_s = time.perf_counter() - started
+    started = time.perf_counter()
+    run_host(host, case, 8)
+    fast_s = time.perf_counter() - started
+    # the same answer (validate finds 0 mismatches), at least KDTREE_HOST_SLOW_MS (600 ms) per launch
+    assert (got - verify_attention_reference(**case)).abs().max().item() < TOL
+    assert slow_s >= 0.6 > fast_s, (slow_s, fast_s)

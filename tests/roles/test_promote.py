@@ -24,6 +24,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.kdtree.fleet.plugins.filter import promote as promote_filter
 from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
+from ansible_collections.kdtree.fleet.plugins.module_utils import _speed as speed
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _promote as promote
 from conftest import PATCH_DIR, PLAYBOOK_BIN, ROOT, load_yaml, run_ansible
 from test_report import counters, gather, health_server, host, status  # noqa: F401 (fixtures)
@@ -48,6 +49,12 @@ def scheduler(pid: int, compared: int = 600, **over) -> dict:
         "fresh": "",
     }
     return {**item, **over}
+
+
+def timing_bucket(calls: int = 200, original_s: float = 3.0, kernel_s: float = 2.0, **over) -> dict:
+    """One shape bucket of validate's timing (the patch's telemetry/timing.py), speedup 1.5 by default."""
+    item = {"batch": 1, "draft": 4, "prefix": "le1024", "heads": 16, "timed_calls": calls}
+    return {**item, "original_s": original_s, "kernel_s": kernel_s, **over}
 
 
 def good_row(**over) -> dict:
@@ -85,6 +92,8 @@ def good_row(**over) -> dict:
         "validate_compared": 1200,
         "validate_mismatches": 0,
         "validate_max_diff": 0.004,
+        # 400 timed calls, 6 s of the original against 4 s of the kernel: speedup 1.50
+        "speed": {"buckets": [timing_bucket(), timing_bucket(batch=8)]},
         "current_deploy": dict(deploy),
         "last_deploy": dict(deploy),
         "errors": [],
@@ -109,8 +118,8 @@ def test_a_healthy_validate_host_with_enough_clean_evidence_qualifies():
     ok, why = judge(good_row())
     assert ok, why
     assert (
-        why
-        == "1200 calls compared over 2 schedulers, 0 mismatches, max diff 0.004 <= 0.02, no runtime fallback"
+        why == "1200 calls compared over 2 schedulers, 0 mismatches, max diff 0.004 <= 0.02, "
+        "no runtime fallback, speedup 1.50 over 400 timed calls (worst bucket b1/n4/le1024/h16 1.50)"
     )
 
 
@@ -414,6 +423,15 @@ def _write_schedulers(fixture, since: float, compared: int = 700, **validate) ->
                 sglang="0.5.23",
                 counters=counters(0, {"validate": compared}),
                 validate={"compared": compared, "mismatches": 0, "max_diff": 0.003, **validate},
+                timing={
+                    "clock": "host",
+                    "warmup_calls": 3,
+                    "untimed_warmup": 3,
+                    "untimed_captured": 0,
+                    "untimed_backlog": 0,
+                    "pending": 0,
+                    "buckets": [timing_bucket(calls=150)],
+                },
             ),
         )
 
@@ -568,3 +586,113 @@ def test_when_no_host_qualifies_the_run_ends_ok_and_says_why(tmp_path, check):
     recap = out.stdout[out.stdout.index("PLAY RECAP") :]
     assert re.findall(r"changed=(\d+)", recap) == ["0", "0"]
     assert re.findall(r"failed=(\d+)", recap) == ["0", "0"]
+
+
+# ---------------------------------------------------------------------------------------------
+# promotion on speed (module_utils/_speed.py defines the figure once; _promote.py the rule)
+
+
+def _speed_row(*buckets) -> dict:
+    return good_row(speed={"buckets": list(buckets)})
+
+
+@pytest.mark.parametrize(
+    ("original_s", "kernel_s", "qualifies"),
+    [
+        pytest.param(2.2, 2.0, True, id="above"),  # 1.10
+        pytest.param(2.1, 2.0, True, id="at"),  # 1.05, the default threshold itself
+        pytest.param(2.09, 2.0, False, id="below"),  # 1.045: within the noise margin is not faster
+        pytest.param(1.0, 2.0, False, id="slower"),
+    ],
+)
+def test_the_speedup_must_reach_the_threshold(original_s, kernel_s, qualifies):
+    ok, why = judge(_speed_row(timing_bucket(400, original_s, kernel_s)))
+    assert ok is qualifies, why
+    if not qualifies:
+        figure = original_s / kernel_s
+        assert f"speedup {figure:.2f} < 1.05 (worst bucket b1/n4/le1024/h16 {figure:.2f})" in why
+
+
+def test_the_speedup_threshold_and_the_timed_calls_are_the_callers():
+    row = _speed_row(timing_bucket(400, 2.0, 2.0))
+    assert not judge(row)[0]
+    assert judge(row, min_speedup=1.0)[0]
+    ok, why = judge(_speed_row(timing_bucket(150)))
+    assert not ok and "150 calls timed, fewer than 200" in why  # promote.DEFAULT_MIN_TIMED_CALLS
+    assert judge(_speed_row(timing_bucket(150)), min_timed_calls=150)[0]
+
+
+def test_a_slow_bucket_refuses_even_when_the_host_s_figure_passes():
+    fast, slow = timing_bucket(400, 8.0, 2.0), timing_bucket(100, 0.9, 1.0, batch=16)
+    ok, why = judge(_speed_row(fast, slow))
+    assert not ok and why.endswith("bucket b16/n4/le1024/h16 is slower than the original (speedup 0.90)")
+    # below the bucket's sample minimum it is not shown, and cannot be the worst
+    few = timing_bucket(speed.MIN_BUCKET_CALLS - 1, 0.5, 1.0, batch=16)
+    assert judge(_speed_row(fast, few))[0]
+
+
+def test_warm_up_calls_are_not_evidence():
+    # the patch drops each bucket's first calls (timing.WARMUP_CALLS) before they reach a bucket;
+    # here the status document says so: 3 untimed warm-up calls, 0 timed -> too few, no figure
+    ok, why = judge(_speed_row(timing_bucket(0, 0.0, 0.0)))
+    assert not ok and "0 calls timed, fewer than 200" in why and "speedup" not in why
+
+
+@pytest.mark.parametrize(
+    ("over", "said"),
+    [
+        pytest.param({"kernel_s": math.nan}, "kernel_s is nan, not a time", id="nan"),
+        pytest.param({"kernel_s": math.inf}, "kernel_s is inf, not a time", id="inf"),
+        pytest.param({"original_s": -1.0}, "original_s is -1.0, not a time", id="negative"),
+        pytest.param({"kernel_s": 0.0}, "kernel_s is 0 with 400 timed calls", id="zero-kernel-time"),
+        pytest.param({"timed_calls": "400"}, "timed_calls is '400', not a count", id="string-count"),
+        pytest.param({"kernel_s": None}, "kernel_s is None, not a time", id="missing-value"),
+    ],
+)
+def test_odd_timing_refuses_never_counts_as_zero(over, said):
+    ok, why = judge(
+        _speed_row(
+            timing_bucket(400, **over) if "timed_calls" not in over else {**timing_bucket(400), **over}
+        )
+    )
+    assert not ok and "timing this gate does not understand" in why and said in why
+
+
+def test_a_row_without_timing_or_with_a_bucket_missing_a_field_refuses():
+    row = good_row()
+    del row["speed"]
+    ok, why = judge(row)
+    assert not ok and "no timing of the kernel against the original" in why
+    bucket = timing_bucket(400)
+    del bucket["heads"]
+    ok, why = judge(_speed_row(bucket))
+    assert not ok and "has no heads" in why
+
+
+def test_the_row_s_own_speedup_is_not_trusted():
+    row = _speed_row(timing_bucket(400, 1.0, 2.0))
+    row["speed"]["speedup"] = 9.0  # a row that claims more than its buckets show
+    ok, why = judge(row)
+    assert not ok and "speedup 0.50 < 1.05" in why
+
+
+def test_the_speed_settings_refuse_bad_input():
+    assert promote.speed_settings("", "") == (promote.DEFAULT_MIN_TIMED_CALLS, promote.DEFAULT_MIN_SPEEDUP)
+    assert promote.speed_settings("5", "1.2") == (5, 1.2)
+    for bad in (
+        {"min_timed_calls": "0"},
+        {"min_timed_calls": "x"},
+        {"min_speedup": "nan"},
+        {"min_speedup": "0"},
+    ):
+        with pytest.raises(promote.PromoteError):
+            promote.speed_settings(**bad)
+
+
+def test_the_argument_spec_documents_the_speed_defaults_and_the_noise_margin():
+    spec = load_yaml(ROOT / "roles/kdtree_promote/meta/argument_specs.yml")["argument_specs"]["main"][
+        "options"
+    ]
+    text = spec["kdtree_promote_min_speedup"]["description"]
+    assert f"{promote.DEFAULT_MIN_SPEEDUP:g}" in text and "noise margin" in text
+    assert "DEFAULT_MIN_TIMED_CALLS" in spec["kdtree_promote_min_timed_calls"]["description"]

@@ -28,6 +28,7 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import (
 from ansible_collections.kdtree.fleet.plugins.module_utils import (
     _report as report,
 )
+from ansible_collections.kdtree.fleet.plugins.module_utils import _speed as speed_module
 from ansible_collections.kdtree.fleet.plugins.module_utils import (
     _unit_env as unit_env,
 )
@@ -751,7 +752,9 @@ def test_under_each_host_every_scheduler_has_a_line_with_its_own_kernel_calls():
         assert line.startswith(f"  scheduler_TP{pid - 4242} pid {pid}"), line
         assert line[kernel_at:].split("  ")[0] == calls, line
         assert f"  {fallbacks}  " in line and "  active  " in line and "  on  " in line
-    assert tp1.split()[-1] == "1"  # its runtime fallback; no notes or validate cells on a scheduler line
+    rt_fb, coverage = header.index("RT_FB"), header.index("COVERAGE")
+    assert tp1[rt_fb:].split("  ")[0] == "1"  # its runtime fallback; no validate cell on a scheduler line
+    assert tp1[coverage:] == "0% (dtype 9, shape 1)" and tp0[coverage:] == "40% (shape 3)"
 
 
 def test_rows_keep_the_hosts_order_and_give_every_host_a_row():
@@ -907,3 +910,83 @@ def test_a_file_whose_publisher_stopped_writing_is_not_fresh(host):
     fresh = {s["pid"]: s["fresh"] for s in row["schedulers"]}
     assert fresh[host.tp0.pid] == "" and "last updated 3600 s ago" in fresh[host.tp1.pid]
     assert row["status_interval_s"] == 5.0  # the unit sets no KDTREE_STATUS_INTERVAL: the patch's default
+
+
+def _timing(*buckets) -> dict:
+    return {
+        "clock": "host",
+        "warmup_calls": 3,
+        "untimed_warmup": 3,
+        "untimed_captured": 0,
+        "untimed_backlog": 0,
+        "pending": 0,
+        "buckets": list(buckets),
+    }
+
+
+def _bucket(batch: int, calls: int, original_s: float, kernel_s: float) -> dict:
+    return {
+        "batch": batch,
+        "draft": 4,
+        "prefix": "le256",
+        "heads": 16,
+        "timed_calls": calls,
+        "original_s": original_s,
+        "kernel_s": kernel_s,
+    }
+
+
+def test_the_report_shows_speedup_with_the_worst_bucket_and_coverage_and_the_json_carries_the_buckets(
+    host, health_server
+):
+    host.deploy()
+    # TP0: b1 60 calls 3 s vs 1 s, b8 30 calls 1.8 s vs 2 s (slow); TP1: b1 40 calls 2 s vs 1 s
+    tp0 = status(
+        host.tp0.pid,
+        counters=counters(0, {"validate": 90, "not_verify": 50, "dtype": 10}),
+        validate={"compared": 90, "mismatches": 0, "max_diff": 0.001},
+        timing=_timing(_bucket(1, 60, 3.0, 1.0), _bucket(8, 30, 1.8, 2.0)),
+    )
+    tp1 = status(
+        host.tp1.pid,
+        counters=counters(0, {"validate": 40}),
+        validate={"compared": 40, "mismatches": 0, "max_diff": 0.001},
+        timing=_timing(_bucket(1, 40, 2.0, 1.0), _bucket(2, 5, 0.1, 1.0)),
+    )
+    host.write_status(host.tp0.pid, tp0)
+    host.write_status(host.tp1.pid, tp1)
+    row = gather(host, health_server)
+    speed = row["speed"]
+    # a ratio of sums over every timed call: (3 + 1.8 + 2 + 0.1) / (1 + 2 + 1 + 1)
+    assert speed["timed_calls"] == 135 and speed["speedup"] == pytest.approx(6.9 / 5.0)
+    by_label = {b["label"]: b for b in speed["buckets"]}
+    assert by_label["b1/n4/le256/h16"]["timed_calls"] == 100  # the two schedulers' bucket summed
+    assert by_label["b1/n4/le256/h16"]["speedup"] == pytest.approx(2.5)
+    assert by_label["b2/n4/le256/h16"]["speedup"] is None  # 5 samples: below MIN_BUCKET_CALLS, not shown
+    assert speed["worst_bucket"] == {"label": "b8/n4/le256/h16", "speedup": pytest.approx(0.9)}
+    # coverage: 130 served (validate) of 140 target-verify calls (not_verify is another forward mode)
+    assert row["coverage"]["share"] == pytest.approx(130 / 140) and row["coverage"]["not_served"] == {
+        "dtype": 10
+    }
+    json.dumps(row)  # the JSON file carries the buckets as they are
+    table = report_filter.kdtree_report_table(report_filter.kdtree_report_rows([{"row": row}], ["gpu-1"]))
+    header, host_line, *_ = table.splitlines()
+    cells = dict(zip(re.split(r"\s{2,}", header), re.split(r"\s{2,}", host_line), strict=False))
+    assert cells["SPEEDUP"] == "1.38 (worst b8/n4/le256/h16 0.90)"
+    assert cells["COVERAGE"] == "93% (dtype 10)"
+
+
+def test_odd_timing_is_refused_by_the_reader_and_never_shown_as_a_speedup(host, health_server):
+    host.deploy()
+    bad = _bucket(1, 60, 3.0, 0.0)  # timed calls with no kernel time
+    host.write_status(
+        host.tp0.pid,
+        status(host.tp0.pid, counters=counters(0, {"validate": 60}), timing=_timing(bad)),
+    )
+    row = gather(host, health_server)
+    assert row["speed"] is None
+    assert any("kernel_s is 0 with 60 timed calls" in problem for problem in row["problems"])
+    # the same evidence handed to the speed module directly (a row's JSON) refuses too
+    figure = speed_module.speed([bad])
+    assert figure["speedup"] is None and "kernel_s is 0 with 60 timed calls" in figure["problem"]
+    assert speed_module.speed_text(figure) == "REFUSED"

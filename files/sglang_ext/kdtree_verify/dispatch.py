@@ -10,8 +10,9 @@ sends every call to the original; validate still compares). Two entry points bin
 that the lifecycle puts on the class (`make_wrapper`) and the `HookType.AROUND` hook of plugin
 mode (`around_hook`).
 
-Modes (`KDTREE_VERIFY`): `validate` runs the original (KV write + Triton), then the kernel into a
-scratch buffer, records the difference on the device and returns Triton's output; `on` writes the
+Modes (`KDTREE_VERIFY`): `validate` writes the KV cache as mode on does, runs the original's attention
+(``save_kv_cache=False``), then the kernel into a scratch buffer, records the difference on the device,
+times both (`kdtree_verify.telemetry.timing`) and returns Triton's output; `on` writes the
 KV cache exactly as the original does, then runs the kernel only. A kernel that cannot load, a GPU
 it does not support, or a kernel call that raises ends in one `kdtree-verify-fallback:` line and
 the original method from then on.
@@ -287,7 +288,18 @@ def dispatch(original, backend, q, k, v, layer, forward_batch, save_kv_cache, si
         STATE.count("original:kernel unavailable")
         return run_original()
     if STATE.mode == "validate":
-        return _validate(run_original, kernel, backend, q, k, v, layer)
+        if kv_write_form() is None:
+            # outside the window the KV write's form is unknown: the original writes the cache itself,
+            # so its time would include the write; such calls are compared but never timed (promote
+            # keeps a host on an untested release in validate anyway)
+            return _validate(run_original, kernel, backend, q, k, v, layer, forward_batch, timeable=False)
+        if save_kv_cache:
+            _write_kv_like_original(backend, layer, forward_batch, k, v)
+
+        def run_attention():  # the original without its KV write (done above, shared by both)
+            return original(backend, q, k, v, layer, forward_batch, False, sinks, score_mod, aux_tensors)
+
+        return _validate(run_attention, kernel, backend, q, k, v, layer, forward_batch)
     if kv_write_form() is None:  # mode on outside the window: no kernel output is ever served
         STATE.count(f"original:{UNTESTED_SGLANG}")
         return run_original()
@@ -306,24 +318,75 @@ def dispatch(original, backend, q, k, v, layer, forward_batch, save_kv_cache, si
     return out
 
 
-def _validate(run_original, kernel, backend, q, k, v, layer):
+def _timing_key(backend, q, layer, forward_batch) -> tuple[int, int, str, int]:
+    """The call's shape bucket: batch, draft tokens per request, prefix bucket, heads (host values only)."""
+    from kdtree_verify.telemetry import timing
+
+    md = backend.forward_metadata
+    batch = _batch_size(md)
+    prefix = timing.prefix_bucket(getattr(forward_batch, "seq_lens_sum", None), batch)
+    return timing.bucket_key(batch, int(md.max_extend_len), prefix, layer.tp_q_head_num)
+
+
+def _timings(device: Any) -> Any:
+    """This process's Timings (created on the first validate call), its clock by the device."""
+    from kdtree_verify.telemetry import timing
+
+    with LOCK:
+        if STATE.timings is None:
+            on_gpu = getattr(device, "type", str(device)) == "cuda"
+            STATE.timings = timing.Timings(timing.CUDA_CLOCK if on_gpu else timing.HOST_CLOCK)
+        return STATE.timings
+
+
+def _validate(run_attention, kernel, backend, q, k, v, layer, forward_batch, timeable: bool = True):
+    """The original's attention (its output is returned), then the kernel's into scratch, compared
+    on the device; both timed past the bucket's warm-up (telemetry/timing.py: host clock on the
+    CPU, CUDA events read later by the status publisher on a GPU, no timing under graph capture)."""
+    from kdtree_verify.telemetry import timing
     from kdtree_verify.telemetry.validate import ValidateStats, is_capturing, rel_tol_for
 
-    triton_out = run_original()  # writes the KV cache, as always
+    capturing = is_capturing(q.device)
+    timings = _timings(q.device)
+    key = _timing_key(backend, q, layer, forward_batch)
+    if capturing:
+        timings.captured()
+        timed = False
+    else:
+        timed = timeable and timings.start(key)
+    events = None
+    if timed and timings.clock == timing.CUDA_CLOCK:
+        events = (timings.event(), timings.event(), timings.event()) if timings.room() else None
+        timed = events is not None
+    if events is not None:
+        events[0].record()
+    started = timing.now_ns()
+    triton_out = run_attention()
+    original_ns = timing.now_ns() - started
+    if events is not None:
+        events[1].record()
     with LOCK:
         if STATE.validate_stats is None:
-            if is_capturing(q.device):
+            if capturing:
                 STATE.count("validate:skipped (first call under CUDA graph capture)")
                 return triton_out
             STATE.validate_stats = ValidateStats(q.device, STATE.tol)
     stats = STATE.validate_stats
     out = stats.scratch(q.shape[0], layer.tp_q_head_num * HEAD_DIM_V, q.dtype)
+    args = _kernel_args(backend, q, k, v, layer, out)
+    started = timing.now_ns()
     try:
-        kernel.run(**_kernel_args(backend, q, k, v, layer, out))
+        kernel.run(**args)
     except Exception as exc:
         STATE.count("original:kernel call failed")
         _runtime_fallback(f"kernel call failed: {type(exc).__name__}: {exc}")
         return triton_out
+    kernel_ns = timing.now_ns() - started
+    if events is not None:
+        events[2].record()
+        timings.events(key, *events)
+    elif timed:
+        timings.host(key, original_ns, kernel_ns)
     kv_dtype = _dtype_name(backend.token_to_kv_pool.get_key_buffer(layer.layer_id))
     stats.record(out, triton_out.view(out.shape), rel_tol=rel_tol_for(kv_dtype))
     STATE.count("validate")

@@ -34,6 +34,7 @@ class PatchState:
         self.checked_devices: dict[str, str | None] = {}
         self.counts: dict[str, int] = {}
         self.validate_stats: Any = None  # ValidateStats, created on the first validate call
+        self.timings: Any = None  # telemetry.timing.Timings, created on the first validate call
         self.tol = DEFAULT_TOL
         self.via = "class-patch"  # or "plugin" (HookRegistry owns the class attribute)
         # Plugin mode: why HookRegistry's hook is not in effect on this class ("" when it is).

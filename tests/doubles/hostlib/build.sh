@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the host-memory TEST DOUBLE of libkdtree_verify.so (tests/doubles/hostlib/README.md):
-#   build.sh --out <dir> [--cxx <g++>] [--fault drop-prefix-key|fail-launch]
+#   build.sh --out <dir> [--cxx <g++>] [--fault drop-prefix-key|fail-launch|slow]
 # -> <dir>/libkdtree_verify.so (fp32 on host, the C ABI of files/csrc/kdtree_verify.h).
 # Never for a GPU host: the patch accepts it only for CPU tensors (it declares itself double=host).
 # It also speaks the build role's interface (roles/kdtree_build: --arch-for-cc, --print-flags,
@@ -9,12 +9,14 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="" cxx="${CXX:-g++}" fault=0 print_flags=0
-# the injected faults (tests only): 1 computes a wrong answer, 2 fails every launch (a runtime fallback)
+# the injected faults (tests only): 1 computes a wrong answer, 2 fails every launch (a runtime fallback),
+# 3 computes the right answer slowly (KDTREE_HOST_SLOW_MS per launch: promotion on speed refuses it)
 fault_code() {
   case "$1" in
     drop-prefix-key) echo 1 ;;
     fail-launch) echo 2 ;;
-    *) echo "unknown fault '$1' (drop-prefix-key, fail-launch)" >&2; exit 2 ;;
+    slow) echo 3 ;;
+    *) echo "unknown fault '$1' (drop-prefix-key, fail-launch, slow)" >&2; exit 2 ;;
   esac
 }
 while [[ $# -gt 0 ]]; do
@@ -28,7 +30,7 @@ while [[ $# -gt 0 ]]; do
     --arch) [[ "${2:-}" == host ]] || { echo "the host double builds --arch host only" >&2; exit 3; }; shift 2 ;;
     --nvcc) shift 2 ;;
     --print-flags) print_flags=1; shift ;;
-    *) echo "usage: $0 --out <dir> [--cxx <g++>] [--fault drop-prefix-key|fail-launch]" >&2; exit 2 ;;
+    *) echo "usage: $0 --out <dir> [--cxx <g++>] [--fault drop-prefix-key|fail-launch|slow]" >&2; exit 2 ;;
   esac
 done
 # a FAULT file beside this script (a test's copy of this directory) builds the broken copy too, through

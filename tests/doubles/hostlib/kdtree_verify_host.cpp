@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "kdtree_verify.h"
 
@@ -17,7 +18,13 @@
 #define KDTREE_STR(x) KDTREE_STR2(x)
 
 #ifndef KDTREE_HOST_FAULT
-#define KDTREE_HOST_FAULT 0 /* tests only: 1 drops the last prefix key of every request, 2 fails every launch */
+#define KDTREE_HOST_FAULT 0 /* tests only: 1 drops the last prefix key of every request, 2 fails every launch,
+                               3 sleeps KDTREE_HOST_SLOW_MS in every launch (a correct but slow kernel) */
+#endif
+#ifndef KDTREE_HOST_SLOW_MS
+// fault 3: longer than one call of SGLang's Triton kernel under TRITON_INTERPRET=1 on the CPU test host
+// (0.1-0.5 s per call), so validate's timing finds the kernel slower than the original on every bucket
+#define KDTREE_HOST_SLOW_MS 600
 #endif
 
 namespace {
@@ -91,6 +98,13 @@ KDTREE_EXPORT int kdtree_verify_run(const kdtree_verify_args* a, void* /*stream*
   if (kdtree_verify_block_m(a->num_heads, a->max_extend_len, a->block_m) < 0) return KDTREE_ERR_ARG;
 #if KDTREE_HOST_FAULT == 2
   return KDTREE_ERR_LAUNCH;  // as a CUDA launch that fails on a real call: the patch falls back at run time
+#endif
+#if KDTREE_HOST_FAULT == 3
+  {  // the answer stays right; only the time is wrong (promotion on speed refuses it)
+    struct timespec slow = {KDTREE_HOST_SLOW_MS / 1000, (KDTREE_HOST_SLOW_MS % 1000) * 1000000L};
+    while (nanosleep(&slow, &slow) != 0) {
+    }
+  }
 #endif
 
   const float* q = static_cast<const float*>(a->q);

@@ -528,3 +528,50 @@ def test_mode_on_outside_the_window_serves_only_the_original(active, monkeypatch
     call(backend)
     assert backend.calls == ["forward_extend"] and active.kernel.calls == []
     assert lifecycle.status()["counts"] == {f"original:{dispatch.UNTESTED_SGLANG}": 1}
+
+
+def test_validate_writes_the_kv_once_times_both_paths_past_the_warm_up_and_publishes_it(
+    status_dir, validating
+):
+    from kdtree_verify.telemetry import timing
+
+    backend = make_backend()
+    backend.extend_attention_fwd = lambda *a, **k: FakeTensor((T, H * HEAD_DIM_V))  # Triton's output
+    calls = timing.WARMUP_CALLS + 2
+    for _ in range(calls):
+        call(backend, batch={"seq_lens_sum": 2 * 300})
+    # the KV cache is written once per call (as mode on writes it), outside both timed paths
+    assert len(backend.token_to_kv_pool.writes) == calls
+    assert len(validating.kernel.calls) == calls
+    doc = _published(status_dir)
+    timed = doc["timing"]
+    assert timed["clock"] == "host" and timed["untimed_warmup"] == timing.WARMUP_CALLS
+    (bucket,) = timed["buckets"]
+    # batch 2 (qo_indptr spans 2), draft n = max_extend_len 4, mean prefix 300 -> le1024, 16 heads
+    assert {k: bucket[k] for k in ("batch", "draft", "prefix", "heads", "timed_calls")} == {
+        "batch": 2,
+        "draft": 4,
+        "prefix": "le1024",
+        "heads": H,
+        "timed_calls": 2,
+    }
+    assert bucket["kernel_s"] > 0 and bucket["original_s"] > 0
+    assert "kdtree_verify_timed_calls_total{" in (status_dir / f"{doc['pid']}.prom").read_text()
+
+
+def test_validate_outside_the_window_lets_the_original_write_the_kv_and_times_nothing(
+    status_dir, validating, monkeypatch
+):
+    """An untested release (the opt-in allows validate only): its KV-write form is unknown, so the
+    original writes the cache itself and the call is compared but never timed."""
+    from kdtree_verify.state import STATE
+
+    monkeypatch.setattr(STATE, "sglang", "0.5.24")
+    backend = make_backend()
+    backend.extend_attention_fwd = lambda *a, **k: FakeTensor((T, H * HEAD_DIM_V))
+    call(backend)
+    assert backend.calls == ["forward_extend"]  # the original ran whole, its own KV write included
+    assert len(backend.token_to_kv_pool.writes) == 1  # once, by the original; kdtree wrote nothing
+    assert len(validating.kernel.calls) == 1
+    timed = _published(status_dir)["timing"]
+    assert timed["buckets"] == [] and timed["untimed_warmup"] == 0

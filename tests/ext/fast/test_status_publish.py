@@ -539,6 +539,20 @@ def test_the_mirror_brings_prometheus_client_counters_up_and_sets_gauges():
     assert v[(metrics.UPDATED, ())] == 1700000000.5
 
 
+def test_the_mirror_exports_validate_timing_per_bucket_in_seconds():
+    client = FakeClient()
+    mirror = promclient.Mirror(client)
+    bucket = {"batch": 1, "draft": 8, "prefix": "le256", "heads": 4, "timed_calls": 12}
+    timing = {"clock": "host", "warmup_calls": 3, "untimed_warmup": 3, "untimed_captured": 0}
+    timing.update(untimed_backlog=0, pending=0, buckets=[{**bucket, "original_s": 0.5, "kernel_s": 7.25}])
+    mirror.update(doc(timing=timing))
+    v, labels = client.values, ("4242", "1", "8", "le256", "4")
+    assert v[("kdtree_verify_kernel_seconds", labels)] == 7.25
+    assert v[("kdtree_verify_original_seconds", labels)] == 0.5
+    assert v[("kdtree_verify_timed_calls", labels)] == 12
+    assert v[("kdtree_verify_untimed_calls", ("4242", "warmup"))] == 3
+
+
 def test_a_dead_processs_metric_files_with_this_pid_are_removed_and_nothing_else(tmp_path):
     """prometheus_client starts a value from what `counter_<pid>.db` holds: a scheduler that got the
     pid of a dead one would count on from its numbers."""

@@ -110,3 +110,20 @@ def test_a_bf16_call_goes_to_the_original_naming_what_the_double_serves(host_dou
     assert lifecycle.status()["counts"] == {
         "original:q/k/v bf16, not fp32 (library serves q/k/v fp32, kv cache fp32, on host)": 1
     }
+
+
+def test_validate_times_both_paths_and_writes_the_kv_cache_as_the_original(case, host_double, monkeypatch):
+    from kdtree_verify.telemetry import timing
+
+    _out, expected_pool = run_fp32(case, ForwardMode.TARGET_VERIFY)  # unpatched: the original's KV write
+    install(monkeypatch, host_double, "validate")
+    for _ in range(timing.WARMUP_CALLS + 2):
+        _, pool = run_fp32(case, ForwardMode.TARGET_VERIFY)
+        assert torch.equal(pool, expected_pool)  # the patch's write, then the original without its own
+    assert lifecycle.status()["validate"]["mismatches"] == 0
+    doc = STATE.timings.snapshot()
+    assert doc["clock"] == "host" and doc["untimed_warmup"] == timing.WARMUP_CALLS
+    (bucket,) = doc["buckets"]
+    assert (bucket["batch"], bucket["heads"], bucket["timed_calls"]) == (3, case.q.shape[1], 2)
+    assert bucket["prefix"] == timing.UNKNOWN  # this batch has no seq_lens_sum
+    assert bucket["original_s"] > 0 and bucket["kernel_s"] > 0

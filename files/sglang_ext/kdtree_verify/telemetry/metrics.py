@@ -17,8 +17,18 @@ RUNTIME_FALLBACKS = "kdtree_verify_runtime_fallbacks_total"
 VALIDATE_COMPARED = "kdtree_verify_validate_compared_total"
 VALIDATE_MISMATCHES = "kdtree_verify_validate_mismatches_total"
 VALIDATE_MAX_ABS_DIFF = "kdtree_verify_validate_max_abs_diff"
+KERNEL_SECONDS = "kdtree_verify_kernel_seconds_total"
+ORIGINAL_SECONDS = "kdtree_verify_original_seconds_total"
+TIMED_CALLS = "kdtree_verify_timed_calls_total"
+UNTIMED_CALLS = "kdtree_verify_untimed_calls_total"
 PATCH_INFO = "kdtree_verify_patch_info"
 UPDATED = "kdtree_verify_status_updated_timestamp_seconds"
+
+# The keys of a timing bucket in the status document and the labels of its series, the one owner
+# (telemetry/timing.py writes them, statusdir.py checks them).
+BUCKET_LABELS = ("batch", "draft", "prefix", "heads")
+# The untimed_<why> counts of the status document's timing.
+UNTIMED_WHY = ("warmup", "captured", "backlog")
 
 # name -> (type, help). The order is the order of the text.
 FAMILIES: dict[str, tuple[str, str]] = {
@@ -35,6 +45,19 @@ FAMILIES: dict[str, tuple[str, str]] = {
     VALIDATE_COMPARED: ("counter", "Validate mode: calls whose kernel output was compared with Triton's."),
     VALIDATE_MISMATCHES: ("counter", "Validate mode: compared calls beyond the tolerance."),
     VALIDATE_MAX_ABS_DIFF: ("gauge", "Validate mode: largest max abs difference kernel vs Triton so far."),
+    KERNEL_SECONDS: (
+        "counter",
+        "Validate mode: seconds of the kdtree kernel's attention over the timed calls, by shape bucket.",
+    ),
+    ORIGINAL_SECONDS: (
+        "counter",
+        "Validate mode: seconds of the original's attention (KV write excluded) over the same timed calls.",
+    ),
+    TIMED_CALLS: ("counter", "Validate mode: calls timed on both paths, by shape bucket (warm-up excluded)."),
+    UNTIMED_CALLS: (
+        "counter",
+        "Validate mode: calls not timed, by why (warmup, captured under a CUDA graph, backlog of events).",
+    ),
     PATCH_INFO: ("gauge", "The patch in this process: mode, state, library build and SGLang version."),
     UPDATED: ("gauge", "When this process last wrote its status (Unix time)."),
 }
@@ -76,6 +99,15 @@ def samples(doc: dict[str, Any]) -> list[tuple[str, dict[str, str], float | int]
         out.append((VALIDATE_COMPARED, {"pid": pid}, int(validate.get("compared", 0))))
         out.append((VALIDATE_MISMATCHES, {"pid": pid}, int(validate.get("mismatches", 0))))
         out.append((VALIDATE_MAX_ABS_DIFF, {"pid": pid}, float(validate.get("max_diff", 0.0))))
+    timing = doc.get("timing")
+    if isinstance(timing, dict):
+        for bucket in timing.get("buckets") or []:
+            labels = {"pid": pid, **{key: str(bucket.get(key, "")) for key in BUCKET_LABELS}}
+            out.append((KERNEL_SECONDS, labels, float(bucket.get("kernel_s", 0.0))))
+            out.append((ORIGINAL_SECONDS, labels, float(bucket.get("original_s", 0.0))))
+            out.append((TIMED_CALLS, labels, int(bucket.get("timed_calls", 0))))
+        for why in UNTIMED_WHY:
+            out.append((UNTIMED_CALLS, {"pid": pid, "why": why}, int(timing.get(f"untimed_{why}", 0))))
     info = {
         "pid": pid,
         "mode": str(doc.get("mode", "")),

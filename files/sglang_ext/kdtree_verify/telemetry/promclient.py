@@ -169,6 +169,14 @@ class Mirror:
         self.mismatches = counter(
             _base(metrics.VALIDATE_MISMATCHES), help_of[metrics.VALIDATE_MISMATCHES], ["pid"], registry=None
         )
+        bucket = ["pid", *metrics.BUCKET_LABELS]
+        self.timed = {
+            name: counter(_base(name), help_of[name], bucket, registry=None)
+            for name in (metrics.KERNEL_SECONDS, metrics.ORIGINAL_SECONDS, metrics.TIMED_CALLS)
+        }
+        self.untimed = counter(
+            _base(metrics.UNTIMED_CALLS), help_of[metrics.UNTIMED_CALLS], ["pid", "why"], registry=None
+        )
         self.max_diff = gauge(
             metrics.VALIDATE_MAX_ABS_DIFF,
             help_of[metrics.VALIDATE_MAX_ABS_DIFF],
@@ -210,6 +218,11 @@ class Mirror:
                 self._bring_up(self.compared, (pid,), float(value))
             elif name == metrics.VALIDATE_MISMATCHES:
                 self._bring_up(self.mismatches, (pid,), float(value))
+            elif name in self.timed:
+                row = (pid, *(labels[key] for key in metrics.BUCKET_LABELS))
+                self._bring_up(self.timed[name], row, float(value))
+            elif name == metrics.UNTIMED_CALLS:
+                self._bring_up(self.untimed, (pid, labels["why"]), float(value))
             elif name == metrics.VALIDATE_MAX_ABS_DIFF:
                 self.max_diff.set(float(value))
             elif name == metrics.PATCH_INFO:

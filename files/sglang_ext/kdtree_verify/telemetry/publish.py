@@ -83,6 +83,19 @@ class Publisher:
                 logger.debug("kdtree-verify: cannot read the validate statistics: %s", exc)
         return dict(self._validate or {"compared": 0, "mismatches": 0, "max_diff": 0.0})
 
+    def _timing(self) -> dict[str, Any] | None:
+        """Validate mode's timing sums (telemetry/timing.py): completed CUDA events read first
+        (never while a graph is being captured: an event query from another thread could break it)."""
+        timings = STATE.timings
+        if STATE.mode != "validate" or timings is None:
+            return None
+        if not _capturing_cuda_graph():
+            try:
+                timings.drain()
+            except Exception as exc:
+                logger.debug("kdtree-verify: cannot read the timing events: %s", exc)
+        return timings.snapshot()
+
     def _kernel_calls_device(self) -> int:
         """The library's device call counter (ABI 4), read on a side stream; the last value while a
         CUDA graph is being captured or when the read fails."""
@@ -105,6 +118,9 @@ class Publisher:
         validate = self._validate_stats()
         if validate is not None:
             extra["validate"] = validate
+        timing = self._timing()
+        if timing is not None:
+            extra["timing"] = timing
         return extra
 
     # -- writing -----------------------------------------------------------------------------------

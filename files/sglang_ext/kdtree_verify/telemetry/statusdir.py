@@ -40,6 +40,9 @@ COUNTERS_COUNTS = ("kernel_calls", "kernel_calls_device", "runtime_fallbacks")
 VALIDATE_COUNTS = ("compared", "mismatches")
 # calls whose kernel / original output held a NaN or an infinity (validate.py); absent in older files
 VALIDATE_NONFINITE = ("nonfinite_kernel", "nonfinite_original")
+# validate mode's timing (telemetry/timing.py): its counts and a bucket's sums, in seconds
+TIMING_COUNTS = ("warmup_calls", "untimed_warmup", "untimed_captured", "untimed_backlog", "pending")
+TIMING_SECONDS = ("kernel_s", "original_s")
 TEXT_FIELDS = ("mode", "state", "reason", "title", "build_id", "lib", "sglang")
 
 
@@ -162,6 +165,7 @@ def check(doc: Any, pid: int | None = None) -> dict[str, Any]:
             raise Refused(f"{key} is {type(doc[key]).__name__}, not a string")
     _check_counters(doc.get("counters"), "counters" in doc)
     _check_validate(doc.get("validate"), "validate" in doc)
+    _check_timing(doc.get("timing"), "timing" in doc)
     return doc
 
 
@@ -199,6 +203,75 @@ def _check_validate(validate: Any, present: bool) -> None:
     problem = number_problem(diff, finite=False)
     if problem or diff < 0:  # NaN < 0 is False: NaN and +inf are kept (non-finite evidence)
         raise Refused(f"validate.max_diff is {problem or f'{diff!r}, a negative difference'}")
+
+
+def _check_timing(timing: Any, present: bool) -> None:
+    """Validate mode's timing (telemetry/timing.py): every field present and of its type; seconds
+    finite and >= 0; a bucket with timed calls and no kernel (or original) time is refused (a clock
+    that did not run is no evidence of speed, never a speedup of infinity)."""
+    if not present:
+        return
+    if not isinstance(timing, dict):
+        raise Refused(f"timing is {type(timing).__name__}, not an object")
+    for key in TIMING_COUNTS:
+        if key not in timing:
+            raise Refused(f"timing has no {key}")
+        if count_problem(timing[key]):
+            raise Refused(f"timing.{key} is {count_problem(timing[key])}")
+    if not isinstance(timing.get("clock"), str):
+        raise Refused("timing.clock is not a string")
+    buckets = timing.get("buckets")
+    if not isinstance(buckets, list):
+        raise Refused(f"timing.buckets is {type(buckets).__name__}, not a list")
+    labels = load_sibling("metrics").BUCKET_LABELS
+    for index, bucket in enumerate(buckets):
+        where = f"timing.buckets[{index}]"
+        if not isinstance(bucket, dict):
+            raise Refused(f"{where} is {type(bucket).__name__}, not an object")
+        for key in (*labels, "timed_calls", *TIMING_SECONDS):
+            if key not in bucket:
+                raise Refused(f"{where} has no {key}")
+        for key in ("batch", "draft", "heads", "timed_calls"):
+            if count_problem(bucket[key]):
+                raise Refused(f"{where}.{key} is {count_problem(bucket[key])}")
+        if not isinstance(bucket["prefix"], str):
+            raise Refused(f"{where}.prefix is not a string")
+        for key in TIMING_SECONDS:
+            value = bucket[key]
+            problem = number_problem(value) or ("a negative time" if value < 0 else "")
+            if problem:
+                raise Refused(f"{where}.{key} is {problem}")
+            if bucket["timed_calls"] > 0 and value == 0:
+                raise Refused(f"{where}.{key} is 0 with {bucket['timed_calls']} timed calls")
+
+
+def merge_timing(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The timing of many checked documents: untimed counts summed, buckets summed by their labels
+    (sums only: the speedup is the fleet's module_utils/_speed.py's, defined once)."""
+    labels = load_sibling("metrics").BUCKET_LABELS
+    merged: dict[str, Any] = dict.fromkeys(TIMING_COUNTS, 0)
+    buckets: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for doc in docs:
+        timing = doc.get("timing")
+        if not isinstance(timing, dict):
+            continue
+        for key in TIMING_COUNTS:
+            merged[key] += timing[key]
+        for bucket in timing["buckets"]:
+            key = tuple(bucket[name] for name in labels)
+            into = buckets.setdefault(
+                key,
+                {
+                    **dict(zip(labels, key, strict=True)),
+                    "timed_calls": 0,
+                    **dict.fromkeys(TIMING_SECONDS, 0.0),
+                },
+            )
+            into["timed_calls"] += bucket["timed_calls"]
+            for name in TIMING_SECONDS:
+                into[name] += float(bucket[name])
+    merged["buckets"] = [buckets[key] for key in sorted(buckets, key=str)]
+    return merged
 
 
 def read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -333,6 +406,8 @@ def summary(docs: list[dict[str, Any]]) -> dict[str, Any]:
         "pids": [doc.get("pid") for doc in docs],
         "docs": docs,
     }
+    if any(isinstance(d.get("timing"), dict) for d in docs):
+        doc["timing"] = merge_timing(docs)
     problem = nonfinite_problem(merged)
     if problem:
         doc["problems"] = [problem]

@@ -85,6 +85,7 @@ class ForwardBatch:
     out_cache_loc_is_physical: bool = False
     spec_info: Any = None
     extend_seq_lens_cpu: Any = None
+    seq_lens_sum: Any = None  # a host int in 0.5.23 (the patch's timing buckets read it)
     mha_one_shot: bool = False
     attn_attend_prefix_cache: bool = False
     mha_return_lse: bool = False
