@@ -319,7 +319,7 @@ def test_the_rollback_renders_previous_from_the_checked_fields_never_the_stored_
     assert put["ansible.builtin.copy"]["content"] == "{{ kdtree_service_dropin_text }}"
     change = load_yaml(ROLES / "kdtree_service" / "tasks" / "change.yml")
     assert any(t.get("ansible.builtin.import_tasks") == "render_dropin.yml" for t in change)
-    # the rule that picks the target (shared by rollback.yml and the deploy's planned rescue) reads the history
+    # the rule that picks the target (rollback.yml's and the deploy's planned rescue's) reads the history
     decide = load_yaml(ROLES / "kdtree_rollback" / "tasks" / "decide.yml")
     read = next(t for t in decide if "kdtree.fleet.kdtree_history" in t)
     assert set(read["kdtree.fleet.kdtree_history"]["restore"]) == {

@@ -409,7 +409,7 @@ def test_the_table_lists_the_qualifying_hosts_first_and_every_host_once():
 # rows gathered by the real report code from fixtures
 
 
-def _write_schedulers(fixture, since: float, compared: int = 700, **validate) -> None:
+def _write_schedulers(fixture, since: float, compared: int = 700, sglang: str = "0.5.23", **validate) -> None:
     for proc in (fixture.tp0, fixture.tp1):
         fixture.write_status(
             proc.pid,
@@ -420,7 +420,7 @@ def _write_schedulers(fixture, since: float, compared: int = 700, **validate) ->
                 since=since,
                 updated=time.time(),
                 build_id="0123456789abcdef",
-                sglang="0.5.23",
+                sglang=sglang,
                 counters=counters(0, {"validate": compared}),
                 validate={"compared": compared, "mismatches": 0, "max_diff": 0.003, **validate},
                 timing={

@@ -13,28 +13,15 @@ import time
 import pytest
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
 from conftest import PATCH_DIR, ROOT
-from test_promote import _date_deploy, good_row, judge
+from test_promote import _date_deploy, _write_schedulers, good_row, judge
 from test_report import counters, gather, health_server, host, status  # noqa: F401 (fixtures)
 
 WINDOW = tuple(runpy.run_path(str(PATCH_DIR / "kdtree_verify/target.py"))["SUPPORTED_SGLANG_VERSIONS"])
 
 
 def _write(fixture, version: str) -> None:
-    for proc in (fixture.tp0, fixture.tp1):
-        fixture.write_status(
-            proc.pid,
-            status(
-                proc.pid,
-                schema=1,
-                title="sglang::scheduler_TP0",
-                since=time.time(),
-                updated=time.time(),
-                build_id="0123456789abcdef",
-                sglang=version,
-                counters=counters(0, {"validate": 700}),
-                validate={"compared": 700, "mismatches": 0, "max_diff": 0.003},
-            ),
-        )
+    """Both schedulers in validate, enough compared and timed calls (test_promote's), on `version`."""
+    _write_schedulers(fixture, time.time(), sglang=version)
 
 
 @pytest.mark.parametrize(
