@@ -497,6 +497,14 @@ def run_pytest(pytest: str, tree: Path, args: tuple[str, ...], timeout: float) -
     return proc.returncode, proc.stdout + proc.stderr
 
 
+def test_dir_groups(selection: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """`selection` split by test directory (tests/<dir>/...), order kept within each."""
+    groups: dict[str, list[str]] = {}
+    for arg in selection:
+        groups.setdefault("/".join(arg.split("::")[0].split("/")[:2]), []).append(arg)
+    return [tuple(args) for args in groups.values()]
+
+
 def last_line(output: str) -> str:
     lines = [line for line in output.strip().splitlines() if line.strip()]
     return lines[-1] if lines else ""
@@ -522,13 +530,16 @@ def main(argv: list[str] | None = None) -> int:
         copy_tree(ROOT, files, baseline)
         selection = tuple(arg for m in mutants for arg in m.tests if arg != "-k" and not _is_k_expr(m, arg))
         started = time.monotonic()
-        rc, output = run_pytest(args.pytest, baseline, tuple(dict.fromkeys(selection)), args.timeout)
-        if rc != 0:
-            print(
-                f"mutation-check: the unmutated selections do not pass (pytest exit {rc}):", file=sys.stderr
-            )
-            print(output[-4000:], file=sys.stderr)
-            return 2
+        # one pytest run per test directory: each has its own conftest module (they cannot share a run)
+        for group in test_dir_groups(tuple(dict.fromkeys(selection))):
+            rc, output = run_pytest(args.pytest, baseline, group, args.timeout)
+            if rc != 0:
+                print(
+                    f"mutation-check: the unmutated selections do not pass (pytest exit {rc}):",
+                    file=sys.stderr,
+                )
+                print(output[-4000:], file=sys.stderr)
+                return 2
         print(f"baseline  unmutated tree, every selection passes  {time.monotonic() - started:5.1f} s")
         failures = 0
         for mutant in mutants:
