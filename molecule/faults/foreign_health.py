@@ -1,7 +1,8 @@
 """A process outside the SGLang unit that answers GET /health with 200 on the unit's port for 15 s.
 
-It waits (up to 120 s) for the port to be free, which it is while the unit restarts and loads, then
-serves; the smoke check must not take its answer for the unit's health.
+It waits (up to 600 s: the deploy's preflight, build and patch steps come first, slow on a loaded
+machine) for the port to be free, which it is while the unit restarts and loads, then serves; the
+smoke check must not take its answer for the unit's health.
 """
 
 import http.server
@@ -21,7 +22,7 @@ class Health(http.server.BaseHTTPRequestHandler):
         pass
 
 
-deadline = time.monotonic() + 120
+deadline = time.monotonic() + 600
 while True:
     try:
         server = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health)
