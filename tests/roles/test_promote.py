@@ -27,7 +27,7 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import _history as hi
 from ansible_collections.kdtree.fleet.plugins.module_utils import _speed as speed
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _promote as promote
 from conftest import PATCH_DIR, PLAYBOOK_BIN, ROOT, load_yaml, run_ansible
-from test_report import counters, gather, health_server, host, status  # noqa: F401 (fixtures)
+from test_report import _timing, counters, gather, health_server, host, status  # noqa: F401 (fixtures)
 
 T0 = 1_790_000_000.0  # the deploy's start (epoch s) in the rows below
 STARTED = time.strftime(promote.HISTORY_TIME, time.gmtime(T0))
@@ -423,15 +423,7 @@ def _write_schedulers(fixture, since: float, compared: int = 700, sglang: str = 
                 sglang=sglang,
                 counters=counters(0, {"validate": compared}),
                 validate={"compared": compared, "mismatches": 0, "max_diff": 0.003, **validate},
-                timing={
-                    "clock": "host",
-                    "warmup_calls": 3,
-                    "untimed_warmup": 3,
-                    "untimed_captured": 0,
-                    "untimed_backlog": 0,
-                    "pending": 0,
-                    "buckets": [timing_bucket(calls=150)],
-                },
+                timing=_timing(timing_bucket(calls=150)),
             ),
         )
 
