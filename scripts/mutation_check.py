@@ -120,7 +120,7 @@ MUTANTS = (
         "_check_schedulers",
         r"if env\.get\((\w+)\) != str\((\w+)\)",
         r"if \1 in env and env.get(\1) != str(\2)",
-        ("tests/roles/test_smoke_mutants.py", "-k", "nccl"),
+        ("tests/unit/plugins/module_utils/test_smoke_mutants.py", "-k", "nccl"),
         "the smoke check accepts a scheduler that lacks a wanted NCCL variable",
     ),
     Mutant(
@@ -129,7 +129,7 @@ MUTANTS = (
         "judge",
         r"count == expected",
         "count >= expected",
-        ("tests/roles/test_smoke_mutants.py", "-k", "schedulers"),
+        ("tests/unit/plugins/module_utils/test_smoke_mutants.py", "-k", "schedulers"),
         "the smoke check accepts more schedulers than TP ranks (== became >=)",
     ),
     Mutant(

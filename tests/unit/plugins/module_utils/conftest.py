@@ -1,0 +1,26 @@
+"""Fixtures of the module_utils unit tests: the smoke check's host reader and the patch's marker module,
+loaded the way the kdtree_smoke module loads them (from the collection's files/sglang_ext)."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+# The patch as the collection ships it: <collection root>/files/sglang_ext (the repository root, or the
+# tree ansible-test units stages).
+PATCH_DIR = Path(__file__).resolve().parents[4] / "files" / "sglang_ext"
+
+
+@pytest.fixture(scope="module")
+def hu() -> ModuleType:
+    """module_utils/_smoke_host (Snapshot, parse_journal, load_marker, read_host)."""
+    return importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils._smoke_host")
+
+
+@pytest.fixture(scope="module")
+def marker(hu: ModuleType) -> ModuleType:
+    """The collection's kdtree_verify/telemetry/marker.py, loaded the way the module loads a host's copy."""
+    return hu.load_marker(str(PATCH_DIR))
