@@ -64,8 +64,10 @@ _SPEC_TREE_MOVED = (
     "is_cpu): the 0.5.23 hook target does not exist, the engine's EAGLE3/NEXTN/NGRAM shims would not apply"
 )
 _NO_RECONSTRUCT = (
-    "no kernels/ops/speculative/reconstruct_tree.py before 0.5.21 (NGRAM's verify metadata is built "
-    "elsewhere): the sgl_kernel.speculative shim stands in for nothing"
+    "no kernels/ops/speculative/reconstruct_tree.py before 0.5.21: ngram_worker.py imports "
+    "sgl_kernel.speculative.reconstruct_indices_from_tree_mask and SGLang ships no Triton version of it, "
+    "so the sgl_kernel.speculative shim has nothing of SGLang's to forward to (NGRAM cannot run on the "
+    "generic CPU platform without rewriting that op)"
 )
 _DFLASH_MESSAGE = (
     "_handle_dflash words its device refusal otherwise before 0.5.21: the shim's hook target is "
