@@ -1,7 +1,15 @@
 # sglang_ext: the verify patch, its injection and the probe (files/sglang_ext, tests/ext).
-.PHONY: test-ext-fast test-sglang sglang-venv bench-startup
+.PHONY: test-ext-fast test-sglang sglang-venv test-sglang-oldest sglang-venv-oldest bench-startup
 
 SGLANG_VENV := $(ROOT)/.cache/sglang-venv
+# The window's oldest release on the stack it pins (torch 2.13 up to 0.5.21): a venv of its own, which
+# serves every release of that stack (scripts/sglang-venv.sh swaps sglang only).
+SGLANG_VENV_OLDEST := $(ROOT)/.cache/sglang-venv-oldest
+# The window's ends, read from its one owner (files/sglang_ext/kdtree_verify/target.py) when used.
+SGLANG_WINDOW_END = $(shell $(PYTHON) -c 'import runpy, sys; \
+  print(runpy.run_path("files/sglang_ext/kdtree_verify/target.py")["SUPPORTED_SGLANG_VERSIONS"][$(1)])')
+SGLANG_NEWEST = $(call SGLANG_WINDOW_END,-1)
+SGLANG_OLDEST = $(call SGLANG_WINDOW_END,0)
 # Debian's python (python3.11-venv from system-deps): test hosts run this one venv bind-mounted at the
 # same path, and the real engine then meets Debian's sitecustomize as on an operator's host.
 SGLANG_PYTHON ?= /usr/bin/python3.11
@@ -11,18 +19,29 @@ SGLANG_PYTHON ?= /usr/bin/python3.11
 test-ext-fast: venv
 	$(VBIN)/pytest -q -p no:cacheprovider tests/ext/fast
 
-# Cached venv with torch==2.14.1 (local disk) and the real sglang==0.5.23 wheel (--no-deps + import-time deps).
+# Cached venv with the window's newest sglang wheel (--no-deps + import-time deps) and the torch it pins.
 sglang-venv: system-deps
-	bash scripts/sglang-venv.sh $(SGLANG_VENV) $(SGLANG_PYTHON)
+	bash scripts/sglang-venv.sh $(SGLANG_VENV) $(SGLANG_PYTHON) $(SGLANG_NEWEST)
+
+# Cached venv with the window's oldest sglang wheel and its stack (CPU torch 2.13.0 from local disk); for
+# the tests only: no .pyc at install.
+sglang-venv-oldest: system-deps
+	bash scripts/sglang-venv.sh --no-compile $(SGLANG_VENV_OLDEST) $(SGLANG_PYTHON) $(SGLANG_OLDEST)
 
 # The real wheel: signature binding, `python -m sglang.launch_server --device cpu` scheduler marker,
 # the reference against SGLang's Triton extend_attention_fwd (TRITON_INTERPRET=1, float32), modes.
 test-sglang: sglang-venv
-	$(SGLANG_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/ext/sglang
+	KDTREE_SGLANG_RELEASE=$(SGLANG_NEWEST) $(SGLANG_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/ext/sglang
+
+# The same tests on the window's oldest release, on the stack it pins: the dispatch through SGLang's real
+# Triton kernel (interpreted), reference equality, modes, fallbacks; not the `launcher` ones (minutes).
+test-sglang-oldest: sglang-venv-oldest
+	KDTREE_SGLANG_RELEASE=$(SGLANG_OLDEST) $(SGLANG_VENV_OLDEST)/bin/python -m pytest -q -p no:cacheprovider \
+	  -m "not launcher" tests/ext/sglang
 
 # `python -c pass` with the hook on PYTHONPATH vs plain (median of interleaved pairs; target < 5 ms).
 bench-startup:
 	$(PYTHON) bench/startup.py --runs 200
 
-TEST_TARGETS += test-ext-fast test-sglang
+TEST_TARGETS += test-ext-fast test-sglang test-sglang-oldest
 TEST_FAST_TARGETS += test-ext-fast

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 import runpy
+import subprocess
+import sys
 import time
 
 import pytest
@@ -90,10 +92,8 @@ def test_the_window_is_written_only_in_target_py():
     pattern = re.compile(r"\b(" + "|".join(re.escape(v) for v in WINDOW) + r")\b")
     owner = PATCH_DIR / "kdtree_verify/target.py"
     assert pattern.search(_python_code(owner.read_text()))
-    # the real-wheel venv's release (tests/ext/sglang, the engine) is its own fact; it must be in the window
-    venv_script = ROOT / "scripts/sglang-venv.sh"
-    (real,) = set(re.findall(r"--no-deps sglang==([\w.+]+)", venv_script.read_text()))
-    assert real in WINDOW, f"{venv_script} installs sglang {real}, outside the window {WINDOW}"
+    # the real-wheel venvs run the window's ends (mk/ext.mk reads them from target.py); the test hosts'
+    # double is its own fact, and it must be in the window
     double = (ROOT / "scripts/testhosts/install-double.sh").read_text()
     (double_version,) = re.findall(r"^VERSION=(\S+)$", double, re.M)
     assert double_version.split("+", 1)[0] in WINDOW, f"the test hosts' double is sglang {double_version}"
@@ -102,7 +102,7 @@ def test_the_window_is_written_only_in_target_py():
         for path in sorted((ROOT / top).rglob("*")):
             if (
                 not path.is_file()
-                or path in (owner, venv_script)
+                or path == owner
                 or path.suffix not in (".py", ".yml", ".sh", ".mk", ".j2")
                 or path.name == "argument_specs.yml"  # descriptions are prose
                 or "testhosts" in path.parts  # test-host tooling: the double's own version, checked above
@@ -112,3 +112,41 @@ def test_the_window_is_written_only_in_target_py():
             code = _python_code(text) if path.suffix == ".py" else _other_code(text)
             found += [f"{path.relative_to(ROOT)}: {m.group(1)}" for m in pattern.finditer(code)]
     assert found == []
+
+
+@pytest.mark.parametrize(("target", "end"), [("test-sglang", -1), ("test-sglang-oldest", 0)])
+def test_the_real_wheel_tests_run_on_the_window_s_ends(target, end):
+    """make test-sglang runs the real-wheel tests on the window's newest release, test-sglang-oldest on
+    its oldest: both read from target.py, both in make test."""
+    out = subprocess.run(
+        ["make", "-n", "-s", "--no-print-directory", target],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "sglang-venv.sh " in out and f" {WINDOW[end]}\n" in out, out
+    assert f"KDTREE_SGLANG_RELEASE={WINDOW[end]} " in out, out
+    help_text = subprocess.run(
+        ["make", "-n", "-p", "--no-print-directory", "help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    (targets,) = re.findall(r"^TEST_TARGETS :?= (.*)$", help_text, re.M)
+    assert target in targets.split()
+
+
+def test_the_venv_script_refuses_a_release_outside_the_window(tmp_path):
+    venv = tmp_path / "venv"
+    res = subprocess.run(
+        ["bash", str(ROOT / "scripts/sglang-venv.sh"), str(venv), sys.executable, "0.5.99"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert res.returncode == 2, res
+    assert "sglang 0.5.99 is outside the supported window" in res.stderr and WINDOW[0] in res.stderr
+    assert not venv.exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 
+import pytest
 from distlib import pip_install_target
 from extlib import clean_env, run_python
 
@@ -30,6 +31,7 @@ def _plugin_dir(tmp_path):
     return pip_install_target(tmp_path / "site", tmp_path, build_isolation=False)
 
 
+@pytest.mark.launcher
 def test_plugin_entry_point_wraps_forward_extend_and_reports_active(libs, tmp_path):
     env = clean_env(PYTHONPATH=str(_plugin_dir(tmp_path)), KDTREE_VERIFY="on", KDTREE_LIB=str(libs["good"]))
     res = run_python(sys.executable, ["-c", CHECK], env, timeout=300)
@@ -38,6 +40,7 @@ def test_plugin_entry_point_wraps_forward_extend_and_reports_active(libs, tmp_pa
     assert MARKER.findall(res.stderr)[0][1] == "active"
 
 
+@pytest.mark.launcher
 def test_plugin_entry_point_with_a_bad_library_reports_fallback_and_does_not_wrap(libs, tmp_path):
     env = clean_env(
         PYTHONPATH=str(_plugin_dir(tmp_path)), KDTREE_VERIFY="on", KDTREE_LIB=str(libs["wrong_abi"])

@@ -1,4 +1,4 @@
-"""Against the real sglang==0.5.23 wheel: signature, the real scheduler child, the real Triton kernel."""
+"""Against a real SGLang wheel of the window: signature, the real scheduler child, the real Triton kernel."""
 
 from __future__ import annotations
 
@@ -11,14 +11,21 @@ from pathlib import Path
 import pytest
 import torch
 from extlib import EXT_DIR, clean_env
+from kdtree_verify import target
 from kdtree_verify.inject import lifecycle
 from kdtree_verify.kernel import binding as kernel
 from kdtree_verify.kernel.reference import verify_attention_reference
 from kdtree_verify.telemetry import marker
 from verify_cases import VD, make_case
+from wheel_release import INSTALLED, KV_WRITE_FORM, RELEASE
 
 tb = pytest.importorskip("sglang.srt.layers.attention.triton_backend")
 MARKER = re.compile(r"^kdtree-verify: pid=(\d+) .* state=(\w+) ", re.M)
+
+
+def test_the_venv_runs_the_release_asked_for_and_the_window_holds_it():
+    assert INSTALLED == RELEASE, f"the venv has sglang {INSTALLED}, the tests were asked for {RELEASE}"
+    assert RELEASE in target.SGLANG_RELEASES, f"sglang {RELEASE} is not in the window {target.window_text()}"
 
 
 def test_the_patch_binds_to_the_real_forward_extend_signature(libs, monkeypatch):
@@ -29,7 +36,7 @@ def test_the_patch_binds_to_the_real_forward_extend_signature(libs, monkeypatch)
     monkeypatch.setenv("KDTREE_VERIFY", "validate")
     monkeypatch.setenv("KDTREE_LIB", str(libs["good"]))
     st = lifecycle.install(tb)  # the real kernel binding, a real .so with the right ABI
-    assert st["state"] == "active" and st["sglang"] == "0.5.23", st
+    assert st["state"] == "active" and st["sglang"] == RELEASE, st
     assert tb.TritonAttnBackend.forward_extend.__wrapped__ is original
     assert lifecycle.uninstall()["state"] == "not-installed"
     assert tb.TritonAttnBackend.__dict__["forward_extend"] is original
@@ -45,12 +52,17 @@ def test_the_real_backend_has_every_attribute_the_dispatch_reads():
         "use_mla",
         "dcp_size",
         "enable_deterministic",
-        "use_dense_fp8_chunked_prefill",
         "forward_metadata",
         "token_to_kv_pool",
     ):
         assert re.search(rf"self\.{name}\b[^=\n]*= ", init), name
-    assert "dllm_attention" in dir(tb.TritonAttnBackend)
+    # read with a default (off): set exactly in the releases whose forward_extend has that branch
+    forward_extend = inspect.getsource(tb.TritonAttnBackend.forward_extend)
+    fp8_branch = "_can_run_dense_fp8_chunked_mha" in forward_extend
+    assert bool(re.search(r"self\.use_dense_fp8_chunked_prefill\b[^=\n]*= ", init)) == fp8_branch, RELEASE
+    assert ("dllm_attention" in dir(tb.TritonAttnBackend)) == ("self.dllm_attention" in forward_extend), (
+        RELEASE
+    )
     assert {
         "qo_indptr",
         "kv_indptr",
@@ -60,7 +72,13 @@ def test_the_real_backend_has_every_attribute_the_dispatch_reads():
         "max_extend_len",
         "swa_out_cache_loc",
     } <= set(tb.ForwardMetadata.__dataclass_fields__)
-    assert tb.KVWriteLoc.for_batch  # the name dispatch._write_kv_like_original resolves
+    # what dispatch._write_kv_like_original builds the KVWriteLoc from, in this release's form
+    if KV_WRITE_FORM == target.KV_WRITE_FOR_BATCH:
+        assert tb.KVWriteLoc.for_batch
+    else:
+        assert KV_WRITE_FORM == target.KV_WRITE_FULL_LOC, RELEASE
+        assert "out_cache_loc_full_physical" in tb.ForwardMetadata.__dataclass_fields__
+        assert not hasattr(tb.KVWriteLoc, "for_batch")
 
 
 def _free_port() -> int:
@@ -87,6 +105,7 @@ def tiny_llama(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.launcher
 def test_real_launch_server_scheduler_child_reports_the_patch_active_before_it_dies(
     libs, tiny_llama, tmp_path
 ):
@@ -127,7 +146,7 @@ def test_real_launch_server_scheduler_child_reports_the_patch_active_before_it_d
     lines = [line for line in out.splitlines() if MARKER.match(line)]
     assert len(lines) == 1, out[-3000:]
     fields = marker.parse_line(lines[0])
-    assert fields["state"] == "active" and fields["mode"] == "on" and fields["sglang"] == "0.5.23"
+    assert fields["state"] == "active" and fields["mode"] == "on" and fields["sglang"] == RELEASE
     assert fields["title"] == "sglang::scheduler"
     assert int(fields["pid"]) != proc.pid and int(fields["ppid"]) == proc.pid
     assert (tmp_path / "status" / f"{fields['pid']}.json").is_file()

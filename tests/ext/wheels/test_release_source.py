@@ -339,3 +339,14 @@ def test_the_operations_doc_lists_the_window_release_by_release():
     first_for_batch = next(v for v, f in RELEASES.items() if f == target.KV_WRITE_FOR_BATCH)
     assert re.search(rf"^\| {re.escape(first_for_batch)} \|.*KVWriteLoc\.for_batch", section, re.M)
     assert f"window stops at {next(iter(RELEASES))}" in section
+
+
+@pytest.mark.parametrize("version", list(RELEASES))
+def test_the_venv_script_has_a_stack_for_the_torch_the_release_pins(version):
+    """scripts/sglang-venv.sh builds a release's venv on the torch its wheel pins (torch_stack): a
+    release of the window pinning a torch the script has no stack for fails here, before any build."""
+    (meta,) = release_dir(version).glob("sglang-*.dist-info/METADATA")
+    (torch,) = re.findall(r"^Requires-Dist: torch==([\w.]+)$", meta.read_text(), re.M)
+    script = (ROOT / "scripts" / "sglang-venv.sh").read_text()
+    body = script.split("torch_stack() {", 1)[1].split("\n}\n", 1)[0]
+    assert torch in re.findall(r"^\s+([\w.]+)\) echo ", body, re.M), f"sglang {version} pins torch {torch}"
