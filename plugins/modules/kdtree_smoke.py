@@ -177,12 +177,12 @@ options:
         counted in Python), else it fails. A runtime fallback fails. Mode
         C(validate) needs more C(validate.compared) and no mismatch. Mode C(off) is not checked.
       - A non-2xx answer or a timeout fails the run with the status and the head of the body.
-      - The run's decode figures go into the C(decode) of RV(traffic) (module_utils/_decode.py defines them), the
-        requests' tokens/s (their completion tokens over their wall-clock seconds) and, read from the
-        server's C(/metrics) right before the first request and after the last answer (C(--enable-metrics)),
-        SGLang's mean inter-token latency (the delta of C(sglang:inter_token_latency_seconds)) and accept
-        length (C(sglang:spec_accept_length)). A figure not published or refused is null with why, never 0,
-        and never fails the run.
+      - The run's decode figures go into the C(decode) of RV(traffic) (module_utils/_decode.py
+        defines them), the requests' tokens/s (their completion tokens over their wall-clock
+        seconds) and, read from the server's C(/metrics) right before the first request and after
+        the last answer (C(--enable-metrics)), SGLang's mean inter-token latency (the delta of
+        C(sglang:inter_token_latency_seconds)) and accept length (C(sglang:spec_accept_length)). A
+        figure not published or refused is null with why, never 0, and never fails the run.
       - Needs O(status_dir) and the installed C(<patch_dir>/kdtree_verify/telemetry/statusdir.py), which reads
         the status files.
     type: int

@@ -9,6 +9,8 @@ import math
 
 import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils import _decode as decode
+from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
+from ansible_collections.kdtree.fleet.plugins.modules import kdtree_history
 
 ITL = "sglang:inter_token_latency_seconds"
 ACCEPT = "sglang:spec_accept_length"
@@ -250,3 +252,90 @@ def test_a_run_without_metrics_records_tokens_per_s_and_says_why_the_rest_is_mis
 def test_the_history_refuses_an_odd_record(bad):
     with pytest.raises(ValueError):
         decode.checked(bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# the deploy history: the figures recorded when a deploy ends
+
+
+def history_params(path, **over):
+    base = {"action": "read", "path": str(path), "dropin_path": None, "unlike_digest": "", "record": {},
+            "id": None, "result": None, "why": "", "rolled_back_to": "",
+            "keep": history.DEFAULT_KEEP, "restore": None}  # fmt: skip
+    base.update(over)
+    return base
+
+
+def record(tokens_per_s: float | None = 40.0, itl: float | None = 0.025, accept: float | None = 1.5) -> dict:
+    return decode.checked(
+        {
+            "tokens_per_s": tokens_per_s,
+            "itl_mean_s": itl,
+            "accept_length": accept,
+            "completion_tokens": 64,
+            "request_s": 1.6,
+            "itl_samples": 60,
+            "why": {},
+        }
+    )
+
+
+def deploy(path, dropin: str, figures: dict | None = None, result: str = "healthy") -> dict:
+    entry = kdtree_history.run(history_params(path, action="begin", record={"dropin": dropin}), False)[
+        "entry"
+    ]
+    finish = history_params(path, action="finish", id=entry["id"], result=result, decode=figures)
+    return kdtree_history.run(finish, False)["entry"]
+
+
+def test_the_figures_round_trip_through_the_history_file(tmp_path):
+    path = tmp_path / "state.json"
+    figures = decode.figures(
+        [{"seconds": 0.5, "completion_tokens": 16}],
+        metrics({M: (0.0, 0)}),
+        metrics({M: (0.3, 15)}, {"0": 1.2}),
+    )
+    ended = deploy(path, "A", figures)
+    assert ended["decode"] == figures
+    [saved] = history.load(str(path))
+    assert history.decode_of(saved) == figures
+    assert history.measured(history.load(str(path))) == (saved, None)
+
+
+def test_entries_without_figures_still_read_and_are_not_measured(tmp_path):
+    path = tmp_path / "state.json"
+    old = deploy(path, "A")  # no traffic, or written before the figures existed
+    assert "decode" not in old
+    entries = history.load(str(path))
+    entries.append(
+        {**entries[0], "id": "odd", "decode": {"tokens_per_s": "fast"}}
+    )  # a record this version cannot read
+    history.save(str(path), entries)
+    entries = history.load(str(path))
+    assert [history.decode_of(e) for e in entries] == [None, None]
+    assert history.measured(entries) == (None, None)
+
+
+def test_measured_deploys_are_healthy_deploys_with_figures_restores_and_rollbacks_are_not(tmp_path):
+    path = tmp_path / "state.json"
+    first = deploy(path, "A", record(tokens_per_s=10.0))
+    deploy(path, "B")  # healthy, no traffic
+    deploy(path, "C", record(tokens_per_s=99.0), result="rolled_back")
+    entries = history.load(str(path))
+    restore = history.begin(entries, {"dropin": "A", "restored_from": first["id"]})
+    history.finish(entries, restore["id"], "healthy", decode_figures=record(tokens_per_s=98.0))
+    second = history.begin(entries, {"dropin": "D"})
+    history.finish(entries, second["id"], "healthy", decode_figures=record(tokens_per_s=12.0))
+    newest, previous = history.measured(entries)
+    assert (newest["id"], previous["id"]) == (second["id"], first["id"])
+
+
+def test_odd_figures_are_refused_before_the_history_is_written(tmp_path):
+    path = tmp_path / "state.json"
+    entry = kdtree_history.run(history_params(path, action="begin", record={"dropin": "A"}), False)["entry"]
+    before = path.read_bytes()
+    bad = {**record(), "tokens_per_s": -3.0}
+    finish = history_params(path, action="finish", id=entry["id"], result="healthy", decode=bad)
+    with pytest.raises(history.HistoryError, match=r"decode figure tokens_per_s -3\.0"):
+        kdtree_history.run(finish, False)
+    assert path.read_bytes() == before
