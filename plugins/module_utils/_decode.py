@@ -293,12 +293,13 @@ def checked(record: Any) -> dict[str, Any]:
 
 
 def compare(
-    current: dict[str, Any] | None, previous: dict[str, Any] | None, threshold_pct: float
+    current: dict[str, Any] | None, previous: dict[str, Any] | None, threshold_pct: float | None
 ) -> dict[str, Any]:
     """{change_pct: {figure: % change of current against previous}, flagged: [figures whose change
-    is more than threshold_pct either way], worse: [those of them that got worse]}. A figure
-    either deploy lacks (or the previous one's 0) has no change; no previous deploy, no flag."""
-    if (
+    is more than threshold_pct either way], worse: [those of them that got worse], threshold_pct}.
+    A figure either deploy lacks (or the previous one's 0) has no change; no previous deploy, no
+    flag; threshold_pct None flags nothing. ValueError for a threshold that is not a number >= 0."""
+    if threshold_pct is not None and (
         not isinstance(threshold_pct, (int, float))
         or isinstance(threshold_pct, bool)
         or _odd(float(threshold_pct))
@@ -314,8 +315,8 @@ def compare(
             continue
         pct = round((now - before) / before * 100.0, 1)
         change[name] = pct
-        if abs(pct) > threshold_pct:
+        if threshold_pct is not None and abs(pct) > threshold_pct:
             flagged.append(name)
             if (pct < 0) == HIGHER_IS_BETTER[name]:
                 worse.append(name)
-    return {"change_pct": change, "flagged": flagged, "worse": worse}
+    return {"change_pct": change, "flagged": flagged, "worse": worse, "threshold_pct": threshold_pct}

@@ -234,6 +234,22 @@ def deploy_summary(entry: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
+def decode_deploys(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What the newest deploy that recorded decode figures did to decode, beside the deploy with
+    figures before it (history.measured): {deploy, when, figures, previous_deploy, previous}
+    (previous_deploy "" and previous None when it is the first); None when no deploy recorded any."""
+    newest, previous = history.measured(entries)
+    if newest is None:
+        return None
+    return {
+        "deploy": str(newest.get("id", "")),
+        "when": _when(newest),
+        "figures": history.decode_of(newest),
+        "previous_deploy": str((previous or {}).get("id", "")),
+        "previous": history.decode_of(previous),
+    }
+
+
 def build_info(text: str) -> dict[str, str]:
     """BUILD_INFO's `key=value` lines."""
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
@@ -731,6 +747,7 @@ def gather(query: Query, reader: HostReader | None = None) -> dict[str, Any]:
         "current_deploy": deploy_summary(entry),
         "last_deploy": deploy_summary(last),
         "last_good": deploy_summary(good),
+        "decode": decode_deploys(entries),
         "errors": errors,
     }
     row["problems"] = problems_of(row)

@@ -5,12 +5,19 @@ deploy history (module_utils/_history.py); the report's comparison with the prev
 
 from __future__ import annotations
 
+import json
 import math
+import re
 
 import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.kdtree.fleet.plugins.filter import report as report_filter
 from ansible_collections.kdtree.fleet.plugins.module_utils import _decode as decode
 from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
+from ansible_collections.kdtree.fleet.plugins.module_utils import _report as report
 from ansible_collections.kdtree.fleet.plugins.modules import kdtree_history
+from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
+from conftest import PLAYBOOK_BIN, run_play
 
 ITL = "sglang:inter_token_latency_seconds"
 ACCEPT = "sglang:spec_accept_length"
@@ -339,3 +346,128 @@ def test_odd_figures_are_refused_before_the_history_is_written(tmp_path):
     with pytest.raises(history.HistoryError, match=r"decode figure tokens_per_s -3\.0"):
         kdtree_history.run(finish, False)
     assert path.read_bytes() == before
+
+
+# ---------------------------------------------------------------------------------------------
+# the report: the newest measured deploy beside the one before it, the flag, the fail option
+
+
+def measured_entries(*records: dict | None) -> list[dict]:
+    """A history of healthy deploys, oldest first, one per record (None: a deploy without figures)."""
+    entries: list[dict] = []
+    for figures in records:
+        entry = history.begin(entries, {"dropin": f"D{len(entries)}"})
+        history.finish(entries, entry["id"], "healthy", decode_figures=figures)
+    return entries
+
+
+def report_row(entries: list[dict]) -> dict:
+    return {
+        "unit": "sglang.service",
+        "unit_state": "active/running",
+        "decode": report.decode_deploys(entries),
+    }
+
+
+def table_cells(rows: list[dict]) -> list[dict[str, str]]:
+    header, *lines = report_table.format_table(rows).splitlines()
+    return [dict(zip(re.split(r"\s{2,}", header), re.split(r"\s{2,}", line), strict=False)) for line in lines]
+
+
+def test_the_report_row_names_the_newest_measured_deploy_and_the_one_before_it():
+    entries = measured_entries(record(tokens_per_s=10.0), None, record(tokens_per_s=12.0))
+    info = report.decode_deploys(entries)
+    assert (info["deploy"], info["previous_deploy"]) == (entries[2]["id"], entries[0]["id"])
+    assert (info["figures"]["tokens_per_s"], info["previous"]["tokens_per_s"]) == (12.0, 10.0)
+    assert report.decode_deploys(measured_entries(None)) is None  # old entries: no figures, no column value
+
+
+def test_no_previous_deploy_means_no_change_and_no_flag():
+    [row] = report_filter.kdtree_report_rows([{"row": report_row(measured_entries(record()))}], ["gpu-1"], 10)
+    assert row["decode"]["previous"] is None
+    assert row["decode_change"] == {
+        "change_pct": {},
+        "flagged": [],
+        "worse": [],
+        "threshold_pct": 10.0,
+        "worse_text": "",
+    }
+    assert table_cells([row])[0]["DECODE(vs prev)"] == "40.0t/s itl 25.0ms acc 1.50"
+
+
+def test_a_change_under_the_threshold_is_shown_not_flagged():
+    entries = measured_entries(
+        record(tokens_per_s=40.0, itl=0.025), record(tokens_per_s=42.0, itl=0.025, accept=None)
+    )
+    [row] = report_filter.kdtree_report_rows([{"row": report_row(entries)}], ["gpu-1"], 10)
+    assert row["decode_change"]["change_pct"] == {"tokens_per_s": 5.0, "itl_mean_s": 0.0}
+    assert row["decode_change"]["flagged"] == [] and row["decode_change"]["worse"] == []
+    assert table_cells([row])[0]["DECODE(vs prev)"] == "42.0t/s(+5%) itl 25.0ms(+0%) acc -"
+
+
+def test_a_change_over_the_threshold_is_flagged_either_way_and_worse_only_when_decode_got_worse():
+    entries = measured_entries(record(40.0, 0.025, 1.5), record(30.0, 0.020, 1.5))
+    results = [{"row": report_row(entries)}, {"unreachable": True, "msg": "gone"}]
+    rows = report_filter.kdtree_report_rows(results, ["gpu-1", "gpu-2"], "10")
+    change = rows[0]["decode_change"]
+    assert change["change_pct"] == {"tokens_per_s": -25.0, "itl_mean_s": -20.0, "accept_length": 0.0}
+    assert change["flagged"] == ["tokens_per_s", "itl_mean_s"]  # a shorter ITL is flagged too ...
+    assert (
+        change["worse"] == ["tokens_per_s"] and change["worse_text"] == "tokens_per_s -25.0%"
+    )  # ... not worse
+    assert rows[1]["decode_change"]["worse"] == []  # a host without a row has no change
+    cells = table_cells(rows)
+    assert cells[0]["DECODE(vs prev)"] == "30.0t/s(-25%!) itl 20.0ms(-20%!) acc 1.50(+0%)"
+    assert "decode" not in " ".join(rows[0].get("problems") or [])  # a flag, not a problem
+    json.dumps(rows)  # the JSON carries the numbers
+    # without a threshold nothing is flagged
+    [row] = report_filter.kdtree_report_rows(results[:1], ["gpu-1"])
+    assert (
+        row["decode_change"]["flagged"] == [] and row["decode_change"]["change_pct"]["tokens_per_s"] == -25.0
+    )
+
+
+@pytest.mark.parametrize("bad", [-1, "lots", float("nan")])
+def test_a_bad_threshold_is_a_clear_error(bad):
+    with pytest.raises(AnsibleFilterError, match="decode"):
+        report_filter.kdtree_report_rows([{"row": report_row(measured_entries(record()))}], ["gpu-1"], bad)
+
+
+@pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv")
+def test_the_role_fails_on_decode_that_got_worse_only_when_the_operator_asks(tmp_path):
+    worse = measured_entries(record(40.0, 0.025, 1.5), record(30.0, 0.025, 1.5))
+    better = measured_entries(record(40.0, 0.025, 1.5), record(50.0, 0.025, 1.5))
+    results = [{"row": report_row(worse)}, {"row": report_row(better)}]
+    rows = report_filter.kdtree_report_rows(results, ["gpu-1", "gpu-2"], 10)
+
+    def step(fail: bool) -> dict:
+        return {
+            "name": f"fail {fail}",
+            "ansible.builtin.include_role": {"name": "kdtree.fleet.kdtree_report", "tasks_from": "decode"},
+            "vars": {"kdtree_report_fail_on_decode_change": fail},
+        }
+
+    play = {
+        "hosts": "localhost",
+        "gather_facts": False,
+        "vars": {"kdtree_report_rows": rows},
+        "tasks": [
+            step(False),
+            {
+                "name": "improved only",
+                "ansible.builtin.include_role": {
+                    "name": "kdtree.fleet.kdtree_report",
+                    "tasks_from": "decode",
+                },
+                "vars": {"kdtree_report_fail_on_decode_change": True, "kdtree_report_rows": rows[1:]},
+            },
+            step(True),
+        ],
+    }
+    out = run_play(tmp_path / "play.yml", play)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stdout.count("skipping:") == 1 and out.stdout.count("ok: [localhost]") == 1, out.stdout
+    assert (
+        "decode got worse by more than 10% against the previous measured deploy: gpu-1 (tokens_per_s -25.0%)"
+        in (" ".join(out.stdout.split()))
+    )
