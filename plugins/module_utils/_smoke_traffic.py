@@ -43,7 +43,7 @@ TOP_REASONS = 3
 NOT_VERIFY_SLUGS = frozenset(("not_verify", "draft_runner", "validate", "validate_skipped_capture"))
 CHECKED_MODES = ("on", "validate")
 # Seconds one read of the server's /metrics may take (before and after the requests).
-METRICS_TIMEOUT_S = 5.0
+METRICS_TIMEOUT_S = 10.0
 
 
 class TrafficError(Exception):
