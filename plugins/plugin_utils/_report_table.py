@@ -77,7 +77,7 @@ def rows(
         result = result if isinstance(result, dict) else {}
         row = result.get("row")
         if isinstance(row, dict):
-            out.append({**row, "host": host, "decode_change": decode_change(row, decode_change_pct)})
+            out.append({**row, "host": host})
             continue
         if result.get("unreachable"):
             why = f"unreachable: {report.short(result.get('msg'))}"
@@ -85,10 +85,8 @@ def rows(
             why = f"report failed: {report.short(result.get('msg'))}"
         else:
             why = "no report (the host failed or was skipped earlier in this run)"
-        out.append(
-            {"host": host, "errors": [why], "problems": [why], "decode_change": decode_change({}, None)}
-        )
-    return out
+        out.append({"host": host, "errors": [why], "problems": [why]})
+    return [{**row, "decode_change": decode_change(row, decode_change_pct)} for row in out]
 
 
 def _count(value: Any) -> str:
