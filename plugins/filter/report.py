@@ -13,13 +13,26 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
 
 
-def kdtree_report_rows(results: list[Any], hosts: list[str]) -> list[dict[str, Any]]:
+def kdtree_report_rows(
+    results: list[Any], hosts: list[str], decode_change_pct: float | None = None
+) -> list[dict[str, Any]]:
     """One row per host of `hosts` from the kdtree_report results registered on them (same order);
-    a host without one (unreachable, failed earlier) gets a row that says so."""
+    a host without one (unreachable, failed earlier) gets a row that says so. A decode figure that
+    changed by more than decode_change_pct against the previous deploy is flagged."""
     results, hosts = list(results), [str(h) for h in hosts]
     if len(results) != len(hosts):
         raise AnsibleFilterError(f"kdtree_report_rows: {len(results)} results for {len(hosts)} hosts")
-    return report_table.rows(results, hosts)
+    if decode_change_pct is not None and not isinstance(decode_change_pct, (int, float)):
+        try:
+            decode_change_pct = float(decode_change_pct)
+        except (TypeError, ValueError):
+            raise AnsibleFilterError(
+                f"kdtree_report_rows: decode_change_pct {decode_change_pct!r} is not a number"
+            ) from None
+    try:
+        return report_table.rows(results, hosts, decode_change_pct)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"kdtree_report_rows: {exc}") from None
 
 
 def kdtree_report_table(rows: list[dict[str, Any]]) -> str:

@@ -10,6 +10,11 @@ full text and digest, what the smoke check expects), when it started and ended, 
     rolled_back  the deploy failed; `why` says why, `rolled_back_to` says to what (previous/stock)
     removed      kdtree was removed from the host (rollback to stock) after this entry
 
+A deploy whose smoke check sent traffic records what it did to decode under `decode` when it ends
+(module_utils/_decode.py defines the figures and checks the record); an entry without it (no
+traffic, a restore, or written before the figures existed) reads as before, and decode_of() gives
+None for it.
+
 Writes are atomic (a temporary file in the same directory, fsync, rename), so a reader never sees a
 half-written file and a killed run leaves the previous version; a change (read, modify, write) holds
 an flock() of the history's directory, so concurrent writers never lose each other's entries.
@@ -35,6 +40,8 @@ import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
+
+from ansible_collections.kdtree.fleet.plugins.module_utils import _decode as decode
 
 DEFAULT_PATH = "/var/lib/kdtree/state.json"
 FORMAT = 1
@@ -69,6 +76,8 @@ RUNS_CODE = ("PYTHONSTARTUP", "PYTHONHOME", "PYTHONINSPECT", "PYTHONEXECUTABLE",
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PATH_PART = re.compile(r"^[A-Za-z0-9_.+-]+$")
 LIBRARY = "libkdtree_verify.so"
+# The entry key of a deploy's decode figures (module_utils/_decode.RECORD_KEYS).
+DECODE = "decode"
 
 
 class HistoryError(Exception):
@@ -260,16 +269,49 @@ def begin(entries: list[dict[str, Any]], record: dict[str, Any]) -> dict[str, An
 
 
 def finish(
-    entries: list[dict[str, Any]], entry_id: str, result: str, why: str = "", **extra: Any
+    entries: list[dict[str, Any]],
+    entry_id: str,
+    result: str,
+    why: str = "",
+    decode_figures: dict[str, Any] | None = None,
+    **extra: Any,
 ) -> dict[str, Any]:
-    """End the entry `entry_id` with `result` (one of RESULTS) and `why`."""
+    """End the entry `entry_id` with `result` (one of RESULTS) and `why`, and its decode figures
+    when given (decode.checked: HistoryError for an odd record, before anything is written)."""
     if result not in RESULTS:
         raise HistoryError(f"result must be one of {', '.join(RESULTS)}, not {result!r}")
+    if decode_figures is not None:
+        try:
+            extra[DECODE] = decode.checked(decode_figures)
+        except ValueError as exc:
+            raise HistoryError(f"refusing the decode figures of deploy {entry_id}: {exc}") from exc
     for entry in entries:
         if entry.get("id") == entry_id:
             entry.update(result=result, why=why, ended=now(), **extra)
             return entry
     raise HistoryError(f"no deploy {entry_id!r} in the history")
+
+
+def decode_of(entry: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The decode figures an entry recorded (decode.checked); None when it has none, or a record
+    this version cannot read (never an error: the history still reads)."""
+    record = (entry or {}).get(DECODE)
+    if record is None:
+        return None
+    try:
+        return decode.checked(record)
+    except ValueError:
+        return None
+
+
+def measured(entries: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(the newest healthy deploy that recorded decode figures, the one with figures before it);
+    None where there is none. Restores and rolled-back deploys are not measured deploys."""
+    found = [
+        e for e in entries if e.get("result") == "healthy" and not e.get("restored_from") and decode_of(e)
+    ]
+    newest = found[-1] if found else None
+    return newest, found[-2] if len(found) > 1 else None
 
 
 def _bad_text(value: Any) -> bool:

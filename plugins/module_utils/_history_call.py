@@ -29,10 +29,15 @@ def change(params: dict, check_mode: bool, entries: list, out: dict) -> list:
         if not params.get("id") or not params.get("result"):
             raise history.HistoryError("action=finish needs id and result")
         extra = {"rolled_back_to": params["rolled_back_to"]} if params["rolled_back_to"] else {}
+        figures = params.get("decode")
         if check_mode and params["id"] not in {e.get("id") for e in entries}:
-            out["entry"] = {"id": params["id"], "result": params["result"], "why": params["why"], **extra}
+            out["entry"] = history.finish(
+                [{"id": params["id"]}], params["id"], params["result"], params["why"], figures, **extra
+            )
         else:
-            out["entry"] = history.finish(entries, params["id"], params["result"], params["why"], **extra)
+            out["entry"] = history.finish(
+                entries, params["id"], params["result"], params["why"], figures, **extra
+            )
         out["changed"] = True
     return history.trim(entries, params["keep"])
 

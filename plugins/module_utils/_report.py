@@ -5,7 +5,7 @@ unit_env.systemctl_show), the health answer and who holds its port, the deploy h
 (history.load, the one reader of its format), the patch's status files of the unit's live processes
 (`<status_dir>/<pid>.json`), the main process's NCCL_* environment and command line, and the GPU's
 compute capability, and the mean accept length SGLang publishes on its /metrics
-(`sglang:spec_accept_length`, when the unit runs speculative decoding). Every host read goes through
+(module_utils/_decode.accept_length, when the unit runs speculative decoding). Every host read goes through
 a HostReader, so tests hand it a fake; every
 command it runs has a timeout. Nothing is written. This file is the one owner of a row's fields.
 
@@ -37,11 +37,13 @@ import os
 import shutil
 import subprocess
 import time
-import urllib.parse
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from ansible_collections.kdtree.fleet.plugins.module_utils import (
+    _decode as decode,
+)
 from ansible_collections.kdtree.fleet.plugins.module_utils import (
     _history as history,
 )
@@ -70,10 +72,6 @@ NONE = "-"
 # prefix of it down to SPECULATIVE_FLAG_PREFIX (shorter ones are ambiguous: --speculative-accept-...).
 SPECULATIVE_FLAG = "--speculative-algorithm"
 SPECULATIVE_FLAG_PREFIX = "--speculative-al"
-# SGLang's own gauge of the mean accept length (accepted drafts + the bonus token per verify step), on
-# the server's /metrics with --enable-metrics; 0 until SGLang has logged a decode step.
-ACCEPT_LENGTH_METRIC = "sglang:spec_accept_length"
-METRICS_PATH = "/metrics"
 METRICS_TIMEOUT_S = 5.0
 
 
@@ -233,6 +231,22 @@ def deploy_summary(entry: dict[str, Any] | None) -> dict[str, Any] | None:
         "when": _when(entry),
         "started": str(entry.get("started") or ""),
         "build_id": entry.get("build_id", ""),
+    }
+
+
+def decode_deploys(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What the newest deploy that recorded decode figures did to decode, beside the deploy with
+    figures before it (history.measured): {deploy, when, figures, previous_deploy, previous}
+    (previous_deploy "" and previous None when it is the first); None when no deploy recorded any."""
+    newest, previous = history.measured(entries)
+    if newest is None:
+        return None
+    return {
+        "deploy": str(newest.get("id", "")),
+        "when": _when(newest),
+        "figures": history.decode_of(newest),
+        "previous_deploy": str((previous or {}).get("id", "")),
+        "previous": history.decode_of(previous),
     }
 
 
@@ -512,27 +526,14 @@ def speculative_algorithm(args: list[str]) -> str | None:
     return found
 
 
-def metrics_url(health_url: str) -> str:
-    """The server's /metrics URL next to its health URL (same scheme, host and port)."""
-    parts = urllib.parse.urlsplit(health_url)
-    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, METRICS_PATH, "", ""))
+# SGLang's own gauge of the mean accept length and the server's /metrics URL: module_utils/_decode.py's
+metrics_url = decode.metrics_url
 
 
 def accept_length(text: str) -> float | None:
-    """SGLang's mean accept length from its /metrics text: the mean over the gauge's series (one per
-    TP/PP rank) that are above 0; None when the gauge is absent or still 0 (nothing published yet)."""
-    values = []
-    for line in text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name != ACCEPT_LENGTH_METRIC:
-            continue
-        try:
-            value = float(line.rsplit(" ", 1)[1])
-        except (IndexError, ValueError):
-            continue
-        if value > 0:
-            values.append(value)
-    return round(sum(values) / len(values), 3) if values else None
+    """SGLang's mean accept length from its /metrics text (module_utils/_decode.accept_length: the
+    mean over the gauge's series above 0); None when absent, still 0 or refused."""
+    return decode.accept_length(text).value
 
 
 def _accept_length(reader: HostReader, query: Query, speculative: str | None) -> float | None:
@@ -746,6 +747,7 @@ def gather(query: Query, reader: HostReader | None = None) -> dict[str, Any]:
         "current_deploy": deploy_summary(entry),
         "last_deploy": deploy_summary(last),
         "last_good": deploy_summary(good),
+        "decode": decode_deploys(entries),
         "errors": errors,
     }
     row["problems"] = problems_of(row)

@@ -31,7 +31,13 @@ RESULT_KEYS = (
 )
 
 
-NO_TRAFFIC: dict[str, Any] = {"ok": True, "line": "traffic: none sent", "schedulers": [], "answers": []}
+NO_TRAFFIC: dict[str, Any] = {
+    "ok": True,
+    "line": "traffic: none sent",
+    "schedulers": [],
+    "answers": [],
+    "decode": None,
+}
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,11 @@ scheduler reported its marker. Steps:
    one HTTP client (module_utils/_http_client.py), each bounded by its own deadline and all of them by
    a total one; a non-2xx answer (a redirect too), a malformed answer or a timeout fails;
 3. wait until every scheduler's file was written after the last answer (`updated`);
-4. judge_scheduler() per scheduler (pure), judge_traffic() for all of them.
+4. judge_scheduler() per scheduler (pure), judge_traffic() for all of them;
+5. the decode figures of the run (module_utils/_decode.py defines them): the answers' completion
+   tokens and seconds, and SGLang's /metrics read right before the first request and right after
+   the last answer (read_metrics(); a server without --enable-metrics answers 404: not published).
+   They are evidence for the report, never a reason to fail the check.
 
 The status file's format has one owner, the patch's kdtree_verify/telemetry/statusdir.py (docs/CONTRACTS.md
 section 3b); load_statusdir() loads the host's installed copy by path, as smoke_host.load_marker()
@@ -28,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ansible_collections.kdtree.fleet.plugins.module_utils import _decode as decode
 from ansible_collections.kdtree.fleet.plugins.module_utils import _http_client as http_client
 from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_host as smoke_host
 from ansible_collections.kdtree.fleet.plugins.module_utils._patch_files import STATUSDIR_FILE
@@ -37,6 +42,8 @@ TOP_REASONS = 3
 # passes (prefill, the draft model) and validate mode's own bookkeeping (docs/CONTRACTS.md 3b).
 NOT_VERIFY_SLUGS = frozenset(("not_verify", "draft_runner", "validate", "validate_skipped_capture"))
 CHECKED_MODES = ("on", "validate")
+# Seconds one read of the server's /metrics may take (before and after the requests).
+METRICS_TIMEOUT_S = 10.0
 
 
 class TrafficError(Exception):
@@ -212,6 +219,12 @@ class Requests:
         route = self.route if self.route.startswith("/") else "/" + self.route
         return urllib.parse.urlunsplit((parts.scheme, parts.netloc, route, "", ""))
 
+    def metrics_url(self) -> str:
+        return decode.metrics_url(self.health_url)
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
     def body(self) -> bytes:
         sampling = {"max_new_tokens": self.max_new_tokens, "temperature": 0}
         return json.dumps({"text": self.prompt, "sampling_params": sampling}).encode("utf-8")
@@ -221,13 +234,12 @@ def send_requests(
     req: Requests, clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic
 ) -> tuple[list[dict[str, Any]], float]:
     """Send req.count requests one after the other through module_utils/_http_client.py: ([{status,
-    seconds}, ...], epoch s of the last answer). TrafficError (its message redacted) on a non-2xx
+    seconds, completion_tokens}, ...], epoch s of the last answer; completion_tokens None when the
+    answer does not say, decode.completion_tokens). TrafficError (its message redacted) on a non-2xx
     answer (a redirect included), a malformed or oversized answer, a timeout (its own or the total,
     across slow reads too), or no answer."""
     url = req.url()
-    headers = {"Content-Type": "application/json"}
-    if req.api_key:
-        headers["Authorization"] = f"Bearer {req.api_key}"
+    headers = {"Content-Type": "application/json", **req.headers()}
     secrets = [req.api_key] if req.api_key else []
     deadline = monotonic() + req.total_timeout_s
     answers: list[dict[str, Any]] = []
@@ -262,8 +274,29 @@ def send_requests(
                 http_client.redact(f"request {index}/{req.count} to {url} {why}", secrets)
             ) from None
         last = clock()
-        answers.append({"status": answer.status, "seconds": answer.seconds})
+        answers.append(
+            {
+                "status": answer.status,
+                "seconds": answer.seconds,
+                "completion_tokens": decode.completion_tokens(answer.body),
+            }
+        )
     return answers, last
+
+
+def read_metrics(req: Requests) -> str:
+    """The server's /metrics text (next to the health URL, with the API key), within
+    METRICS_TIMEOUT_S; TrafficError with the client's redacted reason when it cannot be read (a
+    server without --enable-metrics answers 404)."""
+    secrets = [req.api_key] if req.api_key else []
+    try:
+        answer = http_client.request(
+            "GET", req.metrics_url(), timeout_s=METRICS_TIMEOUT_S, headers=req.headers(), secrets=secrets
+        )
+    except http_client.HttpFailure as exc:
+        reason = exc.reason.rstrip(": ")  # a 404's empty body
+        raise TrafficError(http_client.redact(f"/metrics {reason}", secrets)) from None
+    return answer.body.decode("utf-8", "replace")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -383,7 +416,8 @@ def judge_traffic(
 
 @dataclass
 class TrafficResult:
-    """ok, the smoke message's line, why + detail when it failed, per-scheduler verdicts."""
+    """ok, the smoke message's line, why + detail when it failed, per-scheduler verdicts, the
+    answers and the decode figures (None when no request was answered)."""
 
     ok: bool
     line: str
@@ -391,6 +425,7 @@ class TrafficResult:
     detail: str = ""
     schedulers: list[dict[str, Any]] = field(default_factory=list)
     answers: list[dict[str, Any]] = field(default_factory=list)
+    decode: dict[str, Any] | None = None
 
     def as_result(self) -> dict[str, Any]:
         return {
@@ -398,7 +433,22 @@ class TrafficResult:
             "line": self.line,
             "schedulers": [dict(item) for item in self.schedulers],
             "answers": [dict(item) for item in self.answers],
+            "decode": json.loads(json.dumps(self.decode)),
         }
+
+
+def decode_text(record: dict[str, Any]) -> str:
+    """The figures on the smoke's line: "decode 41.2 tokens/s, ITL 24.1 ms, accept length 1.02"
+    ("-" for a figure not published or refused)."""
+    tps, itl, accept = (record.get(name) for name in decode.FIGURES)
+    return (
+        f"decode {'-' if tps is None else f'{tps:.1f}'} tokens/s, "
+        f"ITL {'-' if itl is None else f'{itl * 1000:.1f}'} ms, "
+        f"accept length {'-' if accept is None else f'{accept:.2f}'}"
+    )
+
+
+Metrics = Callable[[Requests], str]
 
 
 def run_traffic(
@@ -410,9 +460,11 @@ def run_traffic(
     send: Callable[[Requests], tuple[list[dict[str, Any]], float]] = send_requests,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
+    metrics: Metrics = read_metrics,
 ) -> TrafficResult:
-    """Baseline (files written from now on), requests, files written after the last answer, judge.
-    `bound_s`: how long each wait for a rewrite may take (statusdir.fresh_bound_s of the interval)."""
+    """Baseline (files written from now on), /metrics, requests, /metrics, files written after the
+    last answer, judge, decode figures. `bound_s`: how long each wait for a rewrite may take
+    (statusdir.fresh_bound_s of the interval)."""
     bound = bound_s
     poll = max(poll_s, 0.05)
     head = f"traffic: {req.count} requests"
@@ -421,23 +473,36 @@ def run_traffic(
     except TrafficError as exc:
         why = f"{head}: no fresh baseline ({exc}; does the unit set KDTREE_STATUS_DIR?)"
         return TrafficResult(ok=False, line=why, why=why)
+    unread: list[str] = []
+
+    def scrape() -> str | None:
+        try:
+            return metrics(req)
+        except TrafficError as exc:
+            unread.append(str(exc))
+            return None
+
+    metrics_before = scrape()
     try:
         answers, last = send(req)
     except TrafficError as exc:
         why = f"{head}: {exc}"
         return TrafficResult(ok=False, line=why, why=why)
+    metrics_after = scrape() if metrics_before is not None else None
+    figures = decode.figures(answers, metrics_before, metrics_after, "; ".join(unread))
     try:
         after = wait_written_after(read, pids, last, bound, poll, clock, sleep)
     except TrafficError as exc:
         why = f"{head} answered, but {exc}"
-        return TrafficResult(ok=False, line=why, why=why, answers=answers)
+        return TrafficResult(ok=False, line=why, why=why, answers=answers, decode=figures)
     ok, line, verdicts = judge_traffic(req.count, before, after)
     failed = [v["note"] for v in verdicts if v["state"] == "failed"]
     return TrafficResult(
         ok=ok,
-        line=line,
+        line=f"{line}; {decode_text(figures)}",
         why="" if ok else f"{head}: " + "; ".join(failed),
         detail="" if ok else json.dumps(verdicts, sort_keys=True),
         schedulers=verdicts,
         answers=answers,
+        decode=figures,
     )

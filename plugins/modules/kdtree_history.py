@@ -64,6 +64,14 @@ options:
     description: For O(action=finish) with O(result=rolled_back), V(previous) or V(stock) (and the entry id).
     type: str
     default: ""
+  decode:
+    description:
+      - For O(action=finish), what the deploy did to decode, as the smoke check measured it (the
+        C(decode) of M(kdtree.fleet.kdtree_smoke)'s C(traffic) result; module_utils/_decode.py
+        defines the figures), recorded under the entry's C(decode).
+      - A figure that is not a finite number of at least 0 (or null) is refused before anything is
+        written. Omitted, the entry records no figures, like entries written before they existed.
+    type: dict
   keep:
     description: Entries kept in the file (the last good one is always kept).
     type: int
@@ -183,6 +191,7 @@ def main() -> None:
             "result": {"type": "str", "choices": ["healthy", "rolled_back", "removed"]},
             "why": {"type": "str", "default": ""},
             "rolled_back_to": {"type": "str", "default": ""},
+            "decode": {"type": "dict"},
             "keep": {"type": "int", "default": history.DEFAULT_KEEP},
             "restore": {
                 "type": "dict",

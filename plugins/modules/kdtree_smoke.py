@@ -177,6 +177,12 @@ options:
         counted in Python), else it fails. A runtime fallback fails. Mode
         C(validate) needs more C(validate.compared) and no mismatch. Mode C(off) is not checked.
       - A non-2xx answer or a timeout fails the run with the status and the head of the body.
+      - The run's decode figures go into the C(decode) of RV(traffic) (module_utils/_decode.py
+        defines them), the requests' tokens/s (their completion tokens over their wall-clock
+        seconds) and, read from the server's C(/metrics) right before the first request and after
+        the last answer (C(--enable-metrics)), SGLang's mean inter-token latency (the delta of
+        C(sglang:inter_token_latency_seconds)) and accept length (C(sglang:spec_accept_length)). A
+        figure not published or refused is null with why, never 0, and never fails the run.
       - Needs O(status_dir) and the installed C(<patch_dir>/kdtree_verify/telemetry/statusdir.py), which reads
         the status files.
     type: int
@@ -400,16 +406,30 @@ traffic:
     - C(schedulers) holds per scheduler C(pid), C(mode), C(state) (V(ok), V(failed), V(skipped)), the
       increases C(kernel_calls) (from C(kernel_calls_source), V(device) or V(python)), C(compared) and
       C(original_calls) (by reason) and a C(note);
-      C(answers) the status code and seconds of each request.
+      C(answers) the status code, seconds and completion tokens (null when the answer does not say) of
+      each request.
+    - C(decode) the run's decode figures (null when no request was answered), C(tokens_per_s),
+      C(itl_mean_s), C(accept_length) (each null when not published or refused, C(why) says why),
+      C(completion_tokens), C(request_s) and C(itl_samples).
   type: dict
   returned: always
   sample:
     ok: true
-    line: "traffic: 4 requests, kernel calls +40 in 2/2 schedulers"
+    line: >-
+      traffic: 4 requests, kernel calls +40 in 2/2 schedulers; decode 39.0 tokens/s, ITL 24.1 ms,
+      accept length 1.02
     schedulers:
       - {pid: 4242, mode: "on", state: ok, kernel_calls: 20, compared: 0, original_calls: {}, note: ""}
     answers:
-      - {status: 200, seconds: 0.41}
+      - {status: 200, seconds: 0.41, completion_tokens: 16}
+    decode:
+      tokens_per_s: 39.0
+      itl_mean_s: 0.0241
+      accept_length: 1.02
+      completion_tokens: 64
+      request_s: 1.641
+      itl_samples: 60
+      why: {}
 changed:
   description: Whether this call restarted the unit.
   type: bool

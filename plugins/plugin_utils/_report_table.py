@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.kdtree.fleet.plugins.module_utils import _decode as decode
 from ansible_collections.kdtree.fleet.plugins.module_utils import _report as report
 from ansible_collections.kdtree.fleet.plugins.module_utils import _speed as speed
 
@@ -40,15 +41,37 @@ COLUMNS = (
     ("validate", "VALIDATE(mis/cmp)"),
     ("speedup", "SPEEDUP"),
     ("coverage", "COVERAGE"),
+    ("decode", "DECODE(vs prev)"),
     ("nccl", "NCCL"),
     ("last", "LAST DEPLOY"),
     ("notes", "NOTES"),
 )
 
 
-def rows(results: list[Any], hosts: list[str]) -> list[dict[str, Any]]:
+# How the DECODE cell writes each figure of module_utils/_decode.FIGURES: (label, unit, scale, digits).
+DECODE_CELL = {
+    "tokens_per_s": ("", "t/s", 1.0, 1),
+    "itl_mean_s": ("itl ", "ms", 1000.0, 1),
+    "accept_length": ("acc ", "", 1.0, 2),
+}
+
+
+def decode_change(row: dict[str, Any], threshold_pct: float | None) -> dict[str, Any]:
+    """The row's newest measured deploy against the one before it (module_utils/_decode.compare,
+    the one rule of the flag), with `worse_text` naming what got worse ("" when nothing did)."""
+    info = row.get("decode") or {}
+    change = decode.compare(info.get("figures"), info.get("previous"), threshold_pct)
+    change["worse_text"] = ", ".join(f"{name} {change['change_pct'][name]:+.1f}%" for name in change["worse"])
+    return change
+
+
+def rows(
+    results: list[Any], hosts: list[str], decode_change_pct: float | None = None
+) -> list[dict[str, Any]]:
     """One row per host, in `hosts` order, from each host's registered module result; a host
-    without a row (unreachable, failed before the report) gets one that says so."""
+    without a row (unreachable, failed before the report) gets one that says so. Every row gets
+    `decode_change` (decode_change(): a change of more than decode_change_pct is flagged; None
+    flags nothing)."""
     out = []
     for host, result in zip(hosts, results, strict=True):
         result = result if isinstance(result, dict) else {}
@@ -63,7 +86,7 @@ def rows(results: list[Any], hosts: list[str]) -> list[dict[str, Any]]:
         else:
             why = "no report (the host failed or was skipped earlier in this run)"
         out.append({"host": host, "errors": [why], "problems": [why]})
-    return out
+    return [{**row, "decode_change": decode_change(row, decode_change_pct)} for row in out]
 
 
 def _count(value: Any) -> str:
@@ -91,6 +114,25 @@ def _algo(row: dict[str, Any]) -> str:
 def _accept(row: dict[str, Any]) -> str:
     value = row.get("spec_accept_length")
     return NONE if value is None else f"{value:.2f}"
+
+
+def _decode(row: dict[str, Any]) -> str:
+    """The newest measured deploy's decode figures (DECODE_CELL), each with its % change against
+    the deploy before it when both have it, `!` when flagged; NONE when no deploy recorded any."""
+    figures = (row.get("decode") or {}).get("figures")
+    if not figures:
+        return NONE
+    change = row.get("decode_change") or {}
+    parts = []
+    for name in decode.FIGURES:
+        label, unit, scale, digits = DECODE_CELL[name]
+        value = figures.get(name)
+        text = f"{label}{NONE}" if value is None else f"{label}{value * scale:.{digits}f}{unit}"
+        if name in (change.get("change_pct") or {}):
+            flag = "!" if name in (change.get("flagged") or []) else ""
+            text += f"({change['change_pct'][name]:+.0f}%{flag})"
+        parts.append(text)
+    return " ".join(parts)
 
 
 def _sglang(row: dict[str, Any]) -> str:
@@ -150,6 +192,7 @@ def cells(row: dict[str, Any]) -> dict[str, str]:
         "validate": validate,
         "speedup": speed.speed_text(row.get("speed")) or NONE,
         "coverage": speed.coverage_text(row.get("coverage")) or NONE,
+        "decode": _decode(row),
         "nccl": nccl,
         "last": last_text,
         "notes": "; ".join(row.get("problems") or []) or NONE,

@@ -80,6 +80,9 @@ FACTS = {
     "scheduler process title": (r"sglang::scheduler", "plugins/module_utils/_smoke_host.py"),
     "patch install root": (r"/opt/kdtree/patches", "roles/kdtree_patch/defaults/main.yml"),
     "deploy history file": (r"/var/lib/kdtree/state\.json", "plugins/module_utils/_history.py"),
+    # SGLang's series the decode figures read (module_utils/_decode.py defines the figures)
+    "accept length gauge": (r"sglang:spec_accept_length", "plugins/module_utils/_decode.py"),
+    "inter-token latency": (r"sglang:inter_token_latency_seconds", "plugins/module_utils/_decode.py"),
     # /etc/kdtree itself, not a neighbour such as the unit corpus recorder's /etc/kdtree-corpus
     "secret environment directory": (r"/etc/kdtree(?![\w-])", "roles/kdtree_service/defaults/main.yml"),
 }

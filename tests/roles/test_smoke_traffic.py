@@ -223,17 +223,49 @@ def test_a_missing_statusdir_module_is_named(tr, tmp_path):
 # --- the requests -------------------------------------------------------------------------------
 
 
-class Server:
-    """A local /generate: answers `status` (after `delay` s), records each request."""
+ITL_S = 0.025  # each generated token's inter-token latency in the Server's /metrics
 
-    def __init__(self, status: int = 200, delay: float = 0.0, echo_auth: bool = False) -> None:
+
+class Server:
+    """A local /generate: answers `status` (after `delay` s) with its max_new_tokens as completion
+    tokens, records each request. With `metrics`, GET /metrics answers SGLang's inter-token latency
+    histogram (max_new_tokens - 1 samples of ITL_S per answered request) and accept length gauge;
+    without, 404 (a server without --enable-metrics)."""
+
+    def __init__(
+        self, status: int = 200, delay: float = 0.0, echo_auth: bool = False, metrics: bool = False
+    ) -> None:
         self.status = status
         self.delay = delay
         self.echo_auth = echo_auth
+        self.metrics = metrics
         self.seen: list[dict] = []
+        self.gets: list[dict] = []
+        self.itl_samples = 0
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.gets.append({"path": self.path, "auth": self.headers.get("Authorization")})
+                if self.path != "/metrics" or not outer.metrics:
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                n = outer.itl_samples
+                raw = (
+                    "# TYPE sglang:inter_token_latency_seconds histogram\n"
+                    f'sglang:inter_token_latency_seconds_bucket{{model_name="m",le="+Inf"}} {n}\n'
+                    f'sglang:inter_token_latency_seconds_sum{{model_name="m"}} {n * ITL_S}\n'
+                    f'sglang:inter_token_latency_seconds_count{{model_name="m"}} {n}\n'
+                    f'sglang:spec_accept_length{{model_name="m",tp_rank="0"}} {2.5 if n else 0.0}\n'
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
             def do_POST(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length))
@@ -241,7 +273,9 @@ class Server:
                     {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
                 )
                 time.sleep(outer.delay)
-                text = {"text": " Paris.", "meta_info": {}}
+                tokens = int(body["sampling_params"]["max_new_tokens"])
+                outer.itl_samples += tokens - 1
+                text = {"text": " Paris.", "meta_info": {"completion_tokens": tokens}}
                 if outer.status >= 300:
                     text = {
                         "error": "boom in the kernel",
@@ -401,7 +435,8 @@ class Publisher:
 
 
 def test_run_traffic_end_to_end_counts_the_kernel_calls_of_every_scheduler(tr, statusdir, tmp_path):
-    with Server() as server, Publisher(tmp_path, [101, 102], server):
+    with Server(delay=0.02) as server, Publisher(tmp_path, [101, 102], server):
+        server.itl_samples = 1000  # before the smoke run: not its own
         req = tr.Requests(count=4, health_url=server.health_url)
         result = tr.run_traffic(
             req,
@@ -411,8 +446,36 @@ def test_run_traffic_end_to_end_counts_the_kernel_calls_of_every_scheduler(tr, s
             0.05,
         )
     assert result.ok, result.why
-    assert result.line == "traffic: 4 requests, kernel calls +80 in 2/2 schedulers"
+    assert result.line.startswith("traffic: 4 requests, kernel calls +80 in 2/2 schedulers; decode ")
     assert [s["kernel_calls"] for s in result.schedulers] == [40, 40]
+    # the decode figures: tokens/s of the requests' own answers; no /metrics (404): not published
+    figures = result.as_result()["decode"]
+    seconds = sum(a["seconds"] for a in result.answers)
+    assert [a["completion_tokens"] for a in result.answers] == [16] * 4
+    assert figures["completion_tokens"] == 64 and figures["tokens_per_s"] == round(64 / seconds, 3)
+    assert figures["itl_mean_s"] is None and figures["accept_length"] is None
+    assert figures["why"]["itl_mean_s"].startswith("not published (/metrics not read before the requests")
+    assert "404" in figures["why"]["itl_mean_s"]
+
+
+def test_run_traffic_reads_sglangs_metrics_before_and_after_the_requests(tr, statusdir, tmp_path):
+    with Server(metrics=True) as server, Publisher(tmp_path, [101], server):
+        server.itl_samples = 1000  # samples of earlier requests: the delta leaves them out
+        req = tr.Requests(count=3, health_url=server.health_url, max_new_tokens=5, api_key=SECRET)
+        result = tr.run_traffic(
+            req,
+            [101],
+            lambda p: tr.read_counts(statusdir, str(tmp_path), p),
+            statusdir.fresh_bound_s(0.1),
+            0.05,
+        )
+    assert result.ok, result.why
+    figures = result.decode
+    assert figures["itl_samples"] == 3 * 4 and figures["itl_mean_s"] == pytest.approx(ITL_S)
+    assert figures["accept_length"] == 2.5 and figures["why"] == {}
+    assert "ITL 25.0 ms, accept length 2.50" in result.line
+    gets = [seen for seen in server.gets if seen["path"] == "/metrics"]
+    assert len(gets) == 2 and all(seen["auth"] == f"Bearer {SECRET}" for seen in gets)
 
 
 def test_run_traffic_end_to_end_fails_when_the_calls_went_to_the_original(tr, statusdir, tmp_path):
@@ -473,7 +536,8 @@ def test_the_module_sends_traffic_once_healthy_and_reports_it(hu, tmp_path):
             api_key=SECRET,
         )
     assert result["state"] == "ok", result["msg"]
-    assert result["msg"].endswith("; traffic: 3 requests, kernel calls +30 in 1/1 schedulers")
+    assert "; traffic: 3 requests, kernel calls +30 in 1/1 schedulers; decode " in result["msg"]
+    assert result["traffic"]["decode"]["completion_tokens"] == 3 * 16
     assert result["traffic"]["schedulers"][0]["kernel_calls"] == 30
     assert server.seen[0]["auth"] == f"Bearer {SECRET}"
     assert SECRET not in json.dumps(result)

@@ -1,0 +1,473 @@
+"""The decode figures of a deploy (module_utils/_decode.py): how they are computed from the smoke's
+answers and SGLang's /metrics, None when not published, odd evidence refused; their record in the
+deploy history (module_utils/_history.py); the report's comparison with the previous deploy
+(plugin_utils/_report_table.py, role kdtree_report)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.kdtree.fleet.plugins.filter import report as report_filter
+from ansible_collections.kdtree.fleet.plugins.module_utils import _decode as decode
+from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
+from ansible_collections.kdtree.fleet.plugins.module_utils import _report as report
+from ansible_collections.kdtree.fleet.plugins.modules import kdtree_history
+from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
+from conftest import PLAYBOOK_BIN, run_play
+
+ITL = "sglang:inter_token_latency_seconds"
+ACCEPT = "sglang:spec_accept_length"
+
+
+def metrics(itl: dict[str, tuple[float, float]] | None = None, accept: dict[str, float] | None = None) -> str:
+    """A /metrics text: per label set (sum, count) of the ITL histogram, accept length per rank."""
+    lines = ["# HELP sglang:inter_token_latency_seconds Histogram of inter-token latency in seconds."]
+    lines.append(f"# TYPE {ITL} histogram")
+    for labels, (total, count) in (itl or {}).items():
+        lines.append(f'{ITL}_bucket{{{labels},le="+Inf"}} {count}')
+        lines.append(f"{ITL}_sum{{{labels}}} {total}")
+        lines.append(f"{ITL}_count{{{labels}}} {count}")
+    for rank, value in (accept or {}).items():
+        lines.append(f'{ACCEPT}{{model_name="m",tp_rank="{rank}"}} {value}')
+    lines.append("sglang:gen_throughput 12.5")
+    return "\n".join(lines) + "\n"
+
+
+M = 'model_name="m"'
+
+
+# ---------------------------------------------------------------------------------------------
+# tokens/s
+
+
+def test_tokens_per_s_is_the_completion_tokens_over_the_requests_seconds():
+    answers = [{"seconds": 0.5, "completion_tokens": 16}, {"seconds": 1.5, "completion_tokens": 8}]
+    figure, tokens, seconds = decode.tokens_per_s(answers)
+    assert (figure.value, tokens, seconds) == (12.0, 24, 2.0)  # a ratio of sums, not a mean of rates
+
+
+@pytest.mark.parametrize(
+    ("answers", "why"),
+    [
+        pytest.param([], "not published (no request)", id="no-request"),
+        pytest.param(
+            [{"seconds": 0.5, "completion_tokens": 4}, {"seconds": 0.5, "completion_tokens": None}],
+            "not published (answer 2 does not say its completion tokens)",
+            id="an-answer-without-its-tokens",
+        ),
+        pytest.param(
+            [{"seconds": 0.5, "completion_tokens": -1}], "refused: answer 1 completion tokens -1", id="neg"
+        ),
+        pytest.param(
+            [{"seconds": 0.5, "completion_tokens": True}],
+            "refused: answer 1 completion tokens True",
+            id="bool",
+        ),
+        pytest.param(
+            [{"seconds": math.nan, "completion_tokens": 3}], "refused: answer 1 took nan s", id="nan-seconds"
+        ),
+        pytest.param(
+            [{"seconds": -0.1, "completion_tokens": 3}], "refused: answer 1 took -0.1 s", id="neg-seconds"
+        ),
+        pytest.param([{"seconds": 0.0, "completion_tokens": 3}], "refused: 1 answers in 0 s", id="no-time"),
+    ],
+)
+def test_tokens_per_s_is_none_with_why_never_zero(answers, why):
+    figure = decode.tokens_per_s(answers)[0]
+    assert figure.value is None and figure.why == why
+
+
+@pytest.mark.parametrize(
+    ("body", "tokens"),
+    [
+        (b'{"text": " Paris", "meta_info": {"completion_tokens": 16, "prompt_tokens": 5}}', 16),
+        (b'{"choices": [], "usage": {"completion_tokens": 7}}', 7),
+        (b'{"text": " Paris", "meta_info": {}}', None),
+        (b'{"meta_info": {"completion_tokens": "16"}}', None),
+        (b'{"meta_info": {"completion_tokens": -2}}', None),
+        (b"[1, 2]", None),
+        (b"not json", None),
+        (b"\xff\xfe", None),
+    ],
+)
+def test_an_answer_says_its_completion_tokens_or_nothing(body, tokens):
+    assert decode.completion_tokens(body) == tokens
+
+
+# ---------------------------------------------------------------------------------------------
+# inter-token latency: the delta of SGLang's histogram over the smoke run
+
+
+def test_itl_mean_is_the_histograms_delta_sum_over_delta_count_over_every_series():
+    before = metrics({M: (10.0, 100), 'model_name="m",tp_rank="1"': (1.0, 10)})
+    after = metrics({M: (10.6, 120), 'model_name="m",tp_rank="1"': (1.4, 30), 'model_name="new"': (0.2, 10)})
+    figure, samples = decode.itl_mean(before, after)
+    assert samples == 20 + 20 + 10
+    assert figure.value == pytest.approx((0.6 + 0.4 + 0.2) / 50)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "why"),
+    [
+        pytest.param(
+            None,
+            metrics({M: (1.0, 10)}),
+            "not published (/metrics not read before the requests: 404)",
+            id="unread-before",
+        ),
+        pytest.param(
+            metrics({M: (1.0, 10)}),
+            None,
+            "not published (/metrics not read after the requests: 404)",
+            id="unread-after",
+        ),
+        pytest.param(metrics(), metrics(), f"not published ({ITL} absent)", id="no-enable-metrics"),
+        pytest.param(
+            metrics({M: (1.0, 10)}),
+            metrics({M: (1.0, 10)}),
+            f"not published (no {ITL} sample during the requests)",
+            id="no-new-sample",
+        ),
+        pytest.param(
+            metrics({M: (5.0, 50)}),
+            metrics({M: (0.2, 4)}),
+            f"refused: {ITL}_sum{{{M}}} fell 5 -> 0.2 (a reset)",
+            id="counter-reset",
+        ),
+        pytest.param(
+            metrics({M: (1.0, 10), 'model_name="x"': (1.0, 10)}),
+            metrics({M: (2.0, 20)}),
+            f'refused: {ITL}_sum{{model_name="x"}} vanished (a restart?)',
+            id="series-vanished",
+        ),
+        pytest.param(
+            metrics({M: (1.0, 10)}),
+            metrics({M: (math.nan, 20)}),
+            f"refused: {ITL}_sum{{{M}}} nan is not a finite number",
+            id="nan",
+        ),
+        pytest.param(
+            metrics({M: (1.0, 10)}),
+            metrics({M: (math.inf, 20)}),
+            f"refused: {ITL}_sum{{{M}}} inf is not a finite number",
+            id="inf",
+        ),
+        pytest.param(
+            metrics({M: (-1.0, 10)}),
+            metrics({M: (2.0, 20)}),
+            f"refused: {ITL}_sum{{{M}}} -1 is negative",
+            id="negative",
+        ),
+        pytest.param(
+            metrics({M: (1.0, 10)}),
+            metrics({M: (2.0, 20)}).replace('_count{model_name="m"} 20', '_count{model_name="m"} x'),
+            f"refused: {ITL}_count{{{M}}} nan is not a finite number",
+            id="unreadable",
+        ),
+    ],
+)
+def test_itl_mean_is_none_when_not_published_and_refuses_odd_evidence(before, after, why):
+    figure, _samples = decode.itl_mean(before, after, "404")
+    assert figure.value is None and figure.why == why
+
+
+# ---------------------------------------------------------------------------------------------
+# accept length
+
+
+@pytest.mark.parametrize(
+    ("text", "value", "why"),
+    [
+        pytest.param(metrics(accept={"0": 3.5, "1": 2.5}), 3.0, "", id="mean-over-ranks"),
+        pytest.param(metrics(accept={"0": 3.5, "1": 0.0}), 3.5, "", id="a-rank-not-published-yet"),
+        pytest.param(
+            metrics(accept={"0": 0.0}), None, f"not published ({ACCEPT} still 0)", id="zero-is-not-published"
+        ),
+        pytest.param(metrics(), None, f"not published ({ACCEPT} absent)", id="absent"),
+        pytest.param(
+            metrics(accept={"0": math.nan}),
+            None,
+            f'refused: {ACCEPT}{{model_name="m",tp_rank="0"}} nan is not a finite number',
+            id="nan",
+        ),
+        pytest.param(
+            metrics(accept={"0": 2.0, "1": -1.0}),
+            None,
+            f'refused: {ACCEPT}{{model_name="m",tp_rank="1"}} -1 is negative',
+            id="negative",
+        ),
+    ],
+)
+def test_the_accept_length_is_sglangs_gauge_after_the_requests(text, value, why):
+    figure = decode.accept_length(text)
+    assert (figure.value, figure.why) == (value, why)
+
+
+def test_labels_with_braces_spaces_and_a_timestamp_are_read():
+    text = f'{ACCEPT}{{model_name="/m {{x}} y",tp_rank="0"}} 2.25 1764490000000\n'
+    assert decode.accept_length(text).value == 2.25
+
+
+# ---------------------------------------------------------------------------------------------
+# one smoke run's record
+
+
+def test_a_run_with_metrics_records_every_figure():
+    answers = [{"seconds": 1.0, "completion_tokens": 16}] * 2
+    record = decode.figures(
+        answers, metrics({M: (1.0, 10)}, {"0": 0.0}), metrics({M: (1.9, 40)}, {"0": 1.75})
+    )
+    assert record == {
+        "tokens_per_s": 16.0,
+        "itl_mean_s": 0.03,
+        "accept_length": 1.75,
+        "completion_tokens": 32,
+        "request_s": 2.0,
+        "itl_samples": 30,
+        "why": {},
+    }
+    assert set(record) == set(decode.RECORD_KEYS) and decode.checked(record) == record
+
+
+def test_a_run_without_metrics_records_tokens_per_s_and_says_why_the_rest_is_missing():
+    record = decode.figures([{"seconds": 0.5, "completion_tokens": 1}], None, None, "/metrics answered 404")
+    assert record["tokens_per_s"] == 2.0
+    assert record["itl_mean_s"] is None and record["accept_length"] is None
+    assert record["why"] == {
+        "itl_mean_s": "not published (/metrics not read before the requests: /metrics answered 404)",
+        "accept_length": "not published (/metrics not read after the requests: /metrics answered 404)",
+    }
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"tokens_per_s": math.nan},
+        {"itl_mean_s": -0.1},
+        {"accept_length": "2.0"},
+        {"accept_length": True},
+        {"completion_tokens": 1.5},
+        {"itl_samples": -1},
+        {"why": ["x"]},
+        ["not", "a", "dict"],
+    ],
+)
+def test_the_history_refuses_an_odd_record(bad):
+    with pytest.raises(ValueError):
+        decode.checked(bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# the deploy history: the figures recorded when a deploy ends
+
+
+def history_params(path, **over):
+    base = {"action": "read", "path": str(path), "dropin_path": None, "unlike_digest": "", "record": {},
+            "id": None, "result": None, "why": "", "rolled_back_to": "",
+            "keep": history.DEFAULT_KEEP, "restore": None}  # fmt: skip
+    base.update(over)
+    return base
+
+
+def record(tokens_per_s: float | None = 40.0, itl: float | None = 0.025, accept: float | None = 1.5) -> dict:
+    return decode.checked(
+        {
+            "tokens_per_s": tokens_per_s,
+            "itl_mean_s": itl,
+            "accept_length": accept,
+            "completion_tokens": 64,
+            "request_s": 1.6,
+            "itl_samples": 60,
+            "why": {},
+        }
+    )
+
+
+def deploy(path, dropin: str, figures: dict | None = None, result: str = "healthy") -> dict:
+    entry = kdtree_history.run(history_params(path, action="begin", record={"dropin": dropin}), False)[
+        "entry"
+    ]
+    finish = history_params(path, action="finish", id=entry["id"], result=result, decode=figures)
+    return kdtree_history.run(finish, False)["entry"]
+
+
+def test_the_figures_round_trip_through_the_history_file(tmp_path):
+    path = tmp_path / "state.json"
+    figures = decode.figures(
+        [{"seconds": 0.5, "completion_tokens": 16}],
+        metrics({M: (0.0, 0)}),
+        metrics({M: (0.3, 15)}, {"0": 1.2}),
+    )
+    ended = deploy(path, "A", figures)
+    assert ended["decode"] == figures
+    [saved] = history.load(str(path))
+    assert history.decode_of(saved) == figures
+    assert history.measured(history.load(str(path))) == (saved, None)
+
+
+def test_entries_without_figures_still_read_and_are_not_measured(tmp_path):
+    path = tmp_path / "state.json"
+    old = deploy(path, "A")  # no traffic, or written before the figures existed
+    assert "decode" not in old
+    entries = history.load(str(path))
+    entries.append(
+        {**entries[0], "id": "odd", "decode": {"tokens_per_s": "fast"}}
+    )  # a record this version cannot read
+    history.save(str(path), entries)
+    entries = history.load(str(path))
+    assert [history.decode_of(e) for e in entries] == [None, None]
+    assert history.measured(entries) == (None, None)
+
+
+def test_measured_deploys_are_healthy_deploys_with_figures_restores_and_rollbacks_are_not(tmp_path):
+    path = tmp_path / "state.json"
+    first = deploy(path, "A", record(tokens_per_s=10.0))
+    deploy(path, "B")  # healthy, no traffic
+    deploy(path, "C", record(tokens_per_s=99.0), result="rolled_back")
+    entries = history.load(str(path))
+    restore = history.begin(entries, {"dropin": "A", "restored_from": first["id"]})
+    history.finish(entries, restore["id"], "healthy", decode_figures=record(tokens_per_s=98.0))
+    second = history.begin(entries, {"dropin": "D"})
+    history.finish(entries, second["id"], "healthy", decode_figures=record(tokens_per_s=12.0))
+    newest, previous = history.measured(entries)
+    assert (newest["id"], previous["id"]) == (second["id"], first["id"])
+
+
+def test_odd_figures_are_refused_before_the_history_is_written(tmp_path):
+    path = tmp_path / "state.json"
+    entry = kdtree_history.run(history_params(path, action="begin", record={"dropin": "A"}), False)["entry"]
+    before = path.read_bytes()
+    bad = {**record(), "tokens_per_s": -3.0}
+    finish = history_params(path, action="finish", id=entry["id"], result="healthy", decode=bad)
+    with pytest.raises(history.HistoryError, match=r"decode figure tokens_per_s -3\.0"):
+        kdtree_history.run(finish, False)
+    assert path.read_bytes() == before
+
+
+# ---------------------------------------------------------------------------------------------
+# the report: the newest measured deploy beside the one before it, the flag, the fail option
+
+
+def measured_entries(*records: dict | None) -> list[dict]:
+    """A history of healthy deploys, oldest first, one per record (None: a deploy without figures)."""
+    entries: list[dict] = []
+    for figures in records:
+        entry = history.begin(entries, {"dropin": f"D{len(entries)}"})
+        history.finish(entries, entry["id"], "healthy", decode_figures=figures)
+    return entries
+
+
+def report_row(entries: list[dict]) -> dict:
+    return {
+        "unit": "sglang.service",
+        "unit_state": "active/running",
+        "decode": report.decode_deploys(entries),
+    }
+
+
+def table_cells(rows: list[dict]) -> list[dict[str, str]]:
+    header, *lines = report_table.format_table(rows).splitlines()
+    return [dict(zip(re.split(r"\s{2,}", header), re.split(r"\s{2,}", line), strict=False)) for line in lines]
+
+
+def test_the_report_row_names_the_newest_measured_deploy_and_the_one_before_it():
+    entries = measured_entries(record(tokens_per_s=10.0), None, record(tokens_per_s=12.0))
+    info = report.decode_deploys(entries)
+    assert (info["deploy"], info["previous_deploy"]) == (entries[2]["id"], entries[0]["id"])
+    assert (info["figures"]["tokens_per_s"], info["previous"]["tokens_per_s"]) == (12.0, 10.0)
+    assert report.decode_deploys(measured_entries(None)) is None  # old entries: no figures, no column value
+
+
+def test_no_previous_deploy_means_no_change_and_no_flag():
+    [row] = report_filter.kdtree_report_rows([{"row": report_row(measured_entries(record()))}], ["gpu-1"], 10)
+    assert row["decode"]["previous"] is None
+    assert row["decode_change"] == {
+        "change_pct": {},
+        "flagged": [],
+        "worse": [],
+        "threshold_pct": 10.0,
+        "worse_text": "",
+    }
+    assert table_cells([row])[0]["DECODE(vs prev)"] == "40.0t/s itl 25.0ms acc 1.50"
+
+
+def test_a_change_under_the_threshold_is_shown_not_flagged():
+    entries = measured_entries(
+        record(tokens_per_s=40.0, itl=0.025), record(tokens_per_s=42.0, itl=0.025, accept=None)
+    )
+    [row] = report_filter.kdtree_report_rows([{"row": report_row(entries)}], ["gpu-1"], 10)
+    assert row["decode_change"]["change_pct"] == {"tokens_per_s": 5.0, "itl_mean_s": 0.0}
+    assert row["decode_change"]["flagged"] == [] and row["decode_change"]["worse"] == []
+    assert table_cells([row])[0]["DECODE(vs prev)"] == "42.0t/s(+5%) itl 25.0ms(+0%) acc -"
+
+
+def test_a_change_over_the_threshold_is_flagged_either_way_and_worse_only_when_decode_got_worse():
+    entries = measured_entries(record(40.0, 0.025, 1.5), record(30.0, 0.020, 1.5))
+    results = [{"row": report_row(entries)}, {"unreachable": True, "msg": "gone"}]
+    rows = report_filter.kdtree_report_rows(results, ["gpu-1", "gpu-2"], "10")
+    change = rows[0]["decode_change"]
+    assert change["change_pct"] == {"tokens_per_s": -25.0, "itl_mean_s": -20.0, "accept_length": 0.0}
+    assert change["flagged"] == ["tokens_per_s", "itl_mean_s"]  # a shorter ITL is flagged too ...
+    assert (
+        change["worse"] == ["tokens_per_s"] and change["worse_text"] == "tokens_per_s -25.0%"
+    )  # ... not worse
+    assert rows[1]["decode_change"]["worse"] == []  # a host without a row has no change
+    cells = table_cells(rows)
+    assert cells[0]["DECODE(vs prev)"] == "30.0t/s(-25%!) itl 20.0ms(-20%!) acc 1.50(+0%)"
+    assert "decode" not in " ".join(rows[0].get("problems") or [])  # a flag, not a problem
+    json.dumps(rows)  # the JSON carries the numbers
+    # without a threshold nothing is flagged
+    [row] = report_filter.kdtree_report_rows(results[:1], ["gpu-1"])
+    assert (
+        row["decode_change"]["flagged"] == [] and row["decode_change"]["change_pct"]["tokens_per_s"] == -25.0
+    )
+
+
+@pytest.mark.parametrize("bad", [-1, "lots", float("nan")])
+def test_a_bad_threshold_is_a_clear_error(bad):
+    with pytest.raises(AnsibleFilterError, match="decode"):
+        report_filter.kdtree_report_rows([{"row": report_row(measured_entries(record()))}], ["gpu-1"], bad)
+
+
+@pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv")
+def test_the_role_fails_on_decode_that_got_worse_only_when_the_operator_asks(tmp_path):
+    worse = measured_entries(record(40.0, 0.025, 1.5), record(30.0, 0.025, 1.5))
+    better = measured_entries(record(40.0, 0.025, 1.5), record(50.0, 0.025, 1.5))
+    results = [{"row": report_row(worse)}, {"row": report_row(better)}]
+    rows = report_filter.kdtree_report_rows(results, ["gpu-1", "gpu-2"], 10)
+
+    def step(fail: bool) -> dict:
+        return {
+            "name": f"fail {fail}",
+            "ansible.builtin.include_role": {"name": "kdtree.fleet.kdtree_report", "tasks_from": "decode"},
+            "vars": {"kdtree_report_fail_on_decode_change": fail},
+        }
+
+    play = {
+        "hosts": "localhost",
+        "gather_facts": False,
+        "vars": {"kdtree_report_rows": rows},
+        "tasks": [
+            step(False),
+            {
+                "name": "improved only",
+                "ansible.builtin.include_role": {
+                    "name": "kdtree.fleet.kdtree_report",
+                    "tasks_from": "decode",
+                },
+                "vars": {"kdtree_report_fail_on_decode_change": True, "kdtree_report_rows": rows[1:]},
+            },
+            step(True),
+        ],
+    }
+    out = run_play(tmp_path / "play.yml", play)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stdout.count("skipping:") == 1 and out.stdout.count("ok: [localhost]") == 1, out.stdout
+    assert (
+        "decode got worse by more than 10% against the previous measured deploy: gpu-1 (tokens_per_s -25.0%)"
+        in (" ".join(out.stdout.split()))
+    )
