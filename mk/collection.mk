@@ -1,6 +1,6 @@
 # The kdtree.fleet collection: roles/, plugins/, playbooks/, molecule/, inventory/ (docs/operations.md).
 .PHONY: demo lint-ansible test-roles-fast test-units-fast test-molecule test-molecule-default test-molecule-crash \
-	test-molecule-rollback test-molecule-operator test-molecule-batch test-molecule-faults test-molecule-consumer test-molecule-engine collection bench-smoke bench-noop
+	test-molecule-rollback test-molecule-operator test-molecule-batch test-molecule-faults test-molecule-consumer test-molecule-engine collection bench-smoke bench-noop bench-fleet
 
 FLEET_LOG_DIR := $(ROOT)/.cache/fleet
 
@@ -71,6 +71,14 @@ bench-smoke: venv fleet-up engine-host-up
 # A second deploy over the three hosts: wall time and changed=0.
 bench-noop: venv fleet-up
 	$(VBIN)/python bench/noop.py
+
+# Fleet sizes of make bench-fleet (comma-separated).
+BENCH_FLEET_SIZES ?= 1,4,8,16
+# Not part of make bench (it takes long): deploy (warm build cache), no-op redeploy and rollback over
+# fresh fleets of $(BENCH_FLEET_SIZES) test-double hosts of its own (kdtree-bench-h*), wall time per run
+# and per canary batch (bench/fleet.py); its containers are removed afterwards.
+bench-fleet: venv collection-link testhost-image
+	$(VBIN)/python bench/fleet.py --sizes $(BENCH_FLEET_SIZES)
 
 LINT_TARGETS += lint-ansible
 TEST_FAST_TARGETS += test-roles-fast test-units-fast

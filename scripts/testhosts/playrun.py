@@ -16,6 +16,10 @@ ROOT = Path(__file__).resolve().parents[2]
 RECAP_RE = re.compile(
     r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+.*rescued=(\d+)"
 )
+# a play's banner; with `serial` ansible-playbook prints it again for every batch
+PLAY_RE = re.compile(r"^PLAY \[(.*)\] \**$")
+# a task's result line for a host: "ok: [h]", "changed: [h -> localhost]", "fatal: [h]: FAILED! ..."
+RESULT_RE = re.compile(r"^(?:ok|changed|skipping|failed|fatal|unreachable|included): \[([^\]\s]+)")
 
 
 def parse_recap(text: str) -> dict[str, dict[str, int]]:
@@ -30,6 +34,15 @@ def parse_recap(text: str) -> dict[str, dict[str, int]]:
                 zip(("ok", "changed", "unreachable", "failed", "rescued"), map(int, counts), strict=True)
             )
     return recap
+
+
+@dataclass
+class Batch:
+    """One batch of a play: the hosts that had a task result in it and its wall time (its banner to the
+    next play banner, or to the PLAY RECAP)."""
+
+    hosts: list[str]
+    seconds: float
 
 
 @dataclass
@@ -49,8 +62,40 @@ def ansible_playbook() -> str:
     return str(beside) if beside.exists() else (shutil.which("ansible-playbook") or "ansible-playbook")
 
 
-def run_playbook(playbook: str, limit: str, extra: dict | None = None, echo: bool = True) -> Run:
+def play_batches(lines: list[tuple[float, str]], play: str) -> list[Batch]:
+    """The batches of the play named `play` in a run's timestamped output, in order: each banner of
+    that play opens one (ansible-playbook prints it once per `serial` batch); the next banner of any
+    play, or the PLAY RECAP, closes it."""
+    batches: list[Batch] = []
+    current: Batch | None = None
+    opened = 0.0
+    for at, line in lines:
+        banner = PLAY_RE.match(line)
+        if banner or line.startswith("PLAY RECAP"):
+            if current is not None:
+                current.seconds = at - opened
+                batches.append(current)
+                current = None
+            if banner and banner.group(1) == play:
+                current, opened = Batch(hosts=[], seconds=0.0), at
+            continue
+        result = RESULT_RE.match(line)
+        if current is not None and result and result.group(1) not in current.hosts:
+            current.hosts.append(result.group(1))
+    if current is not None:  # a run cut short: the batch ends with its last line
+        current.seconds = (lines[-1][0] if lines else opened) - opened
+        batches.append(current)
+    return batches
+
+
+def run_playbook(
+    playbook: str, limit: str, extra: dict | None = None, echo: bool = True, inventory: str | None = None
+) -> Run:
+    """ansible-playbook playbooks/<playbook> -l limit [-e extra] [-i inventory]; every output line with
+    the time it arrived."""
     cmd = [ansible_playbook(), f"playbooks/{playbook}", "-l", limit]
+    if inventory:
+        cmd += ["-i", inventory]
     if extra:
         cmd += ["-e", json.dumps(extra)]
     env = dict(os.environ, PYTHONUNBUFFERED="1", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")

@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("script", ["bench/noop.py", "bench/smoke.py", "bench/startup.py"])
+@pytest.mark.parametrize("script", ["bench/fleet.py", "bench/noop.py", "bench/smoke.py", "bench/startup.py"])
 def test_the_controller_benchmark_starts_and_answers_help(script):
     proc = subprocess.run(
         [sys.executable, str(ROOT / script), "--help"],

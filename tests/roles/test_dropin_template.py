@@ -36,7 +36,7 @@ def render_fields(fields: dict, **over) -> str:
 
 
 def fields_of(**over) -> dict:
-    """The drop-in's fields as tasks/change.yml names them (what the history records)."""
+    """The drop-in's fields as tasks/preflight.yml names them (what the history records)."""
     return _render_vars(**over)["kdtree_service_dropin_fields"]
 
 
@@ -60,7 +60,7 @@ def _render_vars(unit_env: dict | None = None, **over) -> dict:
     for name in ("_kdtree_service_env", "_kdtree_service_argv"):
         variables[name] = templar.template(trust_as_template(_set_fact_expression(name)))
     templar = Templar(loader=loader, variables=variables)
-    fields = _set_fact_expression("kdtree_service_dropin_fields", "change.yml")
+    fields = _set_fact_expression("kdtree_service_dropin_fields")
     variables["kdtree_service_dropin_fields"] = {
         key: templar.template(trust_as_template(value)) for key, value in fields.items()
     }
