@@ -13,3 +13,6 @@ test-drain-fast: venv router-venv
 
 TEST_TARGETS += test-drain-fast
 TEST_FAST_TARGETS += test-drain-fast
+
+# molecule batch runs SGLang's router on the controller in front of its five hosts (drains under traffic)
+test-molecule-batch test-molecule: router-venv

@@ -285,3 +285,4 @@ def test_request_log_has_each_generate_arriving_and_answered_and_a_cut_one_unans
     assert ours[0]["id"] == ours[1]["id"] and ours[1]["t"] - ours[0]["t"] >= 0.5
     assert {line["pid"] for line in lines} == {srv.proc.pid}
     assert all(line["client"] == "127.0.0.1" for line in lines)
+    assert [line["ready"] for line in lines] == [False, False, True, True, True]  # the warm-up is not ready

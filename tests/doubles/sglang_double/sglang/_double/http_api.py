@@ -4,8 +4,9 @@ Endpoints: /health and /health_generate (503 until warm-up is done, then 200), /
 /get_model_info, /v1/models, /server_info, /v1/loads (SGLang 0.5.23's load snapshot: the requests
 in flight as num_running_reqs of dp rank 0), and POST /generate (answers a fixed one-token text after
 SGLANG_DOUBLE_GENERATE_SECONDS, 0 by default). With SGLANG_DOUBLE_REQUEST_LOG=<path> each POST /generate
-appends two JSON lines there, {"event": "arrived"|"answered", "t": <epoch s>, "id", "client", "pid"}: a
-request that arrived and was never answered was cut (its process was stopped while it was in flight).
+appends two JSON lines there, {"event": "arrived"|"answered", "t": <epoch s>, "id", "client", "pid",
+"ready"} ("ready": false for the server's own warm-up request): a request that arrived and was never
+answered was cut (its process was stopped while it was in flight).
 Like the real engine the socket is bound only after every scheduler reported ready.
 """
 
@@ -51,7 +52,14 @@ class ServerState:
         if not self.request_log:
             return
         line = json.dumps(
-            {"event": event, "t": time.time(), "id": request_id, "client": client, "pid": os.getpid()}
+            {
+                "event": event,
+                "t": time.time(),
+                "id": request_id,
+                "client": client,
+                "pid": os.getpid(),
+                "ready": self.ready.is_set(),
+            }
         )
         with self._lock, open(self.request_log, "a", encoding="utf-8") as log:
             log.write(line + "\n")
