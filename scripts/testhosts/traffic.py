@@ -158,16 +158,19 @@ class Traffic:
         before: set[str] | None = None
         prev_t = 0.0
         while not self._stop.is_set():
-            t = time.time()
+            asked = time.time()
             try:
                 now = set(listed(self.url, 2))
             except (OSError, ValueError, KeyError):
                 self.sample_errors += 1
                 time.sleep(SAMPLE_S)
                 continue
+            # the list was true at some moment between asked and answered: a change is recorded with
+            # the answer's time ("t", the latest it can have happened) and the time the sample before it
+            # was asked ("prev_t", the earliest moment the list before the change was still seen)
             if before is None or now != before:
-                self.changes.append({"t": t, "prev_t": prev_t, "listed": sorted(now)})
-            before, prev_t = now, t
+                self.changes.append({"t": time.time(), "prev_t": prev_t, "listed": sorted(now)})
+            before, prev_t = now, asked
             time.sleep(SAMPLE_S)
 
     def __enter__(self) -> Traffic:
