@@ -57,7 +57,7 @@ def _fleet(action: str, *args: str) -> None:
         ["bash", str(ROOT / "scripts" / "testhosts" / "fleet.sh"), action, *args],
         env=FLEET_ENV,
         check=True,
-        timeout=900,
+        timeout=1200,
     )
 
 
@@ -66,18 +66,7 @@ def _serve_on_network() -> dict[str, str]:
     script = (ROOT / "scripts" / "testhosts" / "serve-on-network.sh").read_text()
     for host in HOSTS:
         _podman(host, "bash", "-s", "--", GENERATE_S, REQUEST_LOG, stdin=script)
-    wait = (
-        "for i in $(seq 300); do curl -sf -o /dev/null http://127.0.0.1:30000/health && exit 0;"
-        " sleep 0.2; done; exit 1"
-    )
-    workers = {}
-    for host in HOSTS:
-        _podman(host, "bash", "-c", wait)
-        address = _podman(
-            host, "bash", "-c", "ip -4 -o addr show scope global | awk '{print $4}' | cut -d/ -f1 | head -n1"
-        )
-        workers[host] = f"http://{address.strip()}:30000"
-    return workers
+    return {host: _podman(host, "bash", "-s", "--", "--url", stdin=script).strip() for host in HOSTS}
 
 
 def _inventory(tmp: Path) -> Path:

@@ -7,7 +7,8 @@
   traffic.py router-stop --state DIR
   traffic.py start --state DIR [--threads N] [--max-s S]
       a bounded client in the background: N threads, one POST /generate at a time each, through the
-      router of DIR, until `stop` or S seconds; it also samples the router's GET /workers every 0.1 s
+      router of DIR, until `stop` or S seconds (default 1800); it also samples the router's
+      GET /workers every 0.1 s
   traffic.py stop --state DIR     -> prints DIR/traffic.json (sent, answered, failed, membership)
   traffic.py check --state DIR --log URL=PATH...
       read each host's request log (the double's SGLANG_DOUBLE_REQUEST_LOG, fetched to PATH) against
@@ -309,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--disable-retries", action="store_true")
         if name in ("start", "_run"):
             p.add_argument("--threads", type=int, default=4)
-            p.add_argument("--max-s", type=float, default=900)
+            p.add_argument("--max-s", type=float, default=1800)
         if name == "check":
             p.add_argument("--log", action="append", required=True, help="WORKER_URL=PATH")
             p.add_argument("--grace-s", type=float, default=GRACE_S)
