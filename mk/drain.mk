@@ -1,6 +1,6 @@
 # Drain and rejoin around restarts (issue 25): SGLang's router venv and the fast tests of the router
 # client against the real router in front of local SGLang test doubles (no container).
-.PHONY: router-venv test-drain-fast
+.PHONY: router-venv test-drain-fast bench-drain
 
 ROUTER_VENV := $(ROOT)/.cache/router-venv
 
@@ -13,3 +13,9 @@ test-drain-fast: venv router-venv
 
 TEST_TARGETS += test-drain-fast
 TEST_FAST_TARGETS += test-drain-fast
+
+# What the drain costs and saves, on three test-double hosts of its own (kdtree-drainb1..3, removed
+# afterwards): requests sent/failed/cut with the drain off (router retries off) and on, and the wall time
+# it adds per restarted host (bench/drain.py). Not part of `make bench`: it takes minutes, not seconds.
+bench-drain: venv router-venv testhost-image collection-link
+	KDTREE_ROUTER_VENV=$(ROUTER_VENV) $(VBIN)/python bench/drain.py

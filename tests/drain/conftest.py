@@ -1,6 +1,6 @@
 """Shared by the drain tests: the REAL SGLang router (sglang-router 0.3.2 from .cache/router-venv,
 `make router-venv`) in front of SGLang test doubles, all on 127.0.0.1, no container; a bounded client
-sending continuous traffic through the router and counting it."""
+sending continuous traffic through the router and counting it (scripts/testhosts/traffic.py)."""
 
 from __future__ import annotations
 
@@ -11,22 +11,25 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from ansible_collections.kdtree.fleet.plugins.module_utils import _http_client as http_client
 from ansible_collections.kdtree.fleet.plugins.module_utils import _router as router
+
+# the bounded client is the one molecule batch and make bench-drain use (scripts/testhosts/traffic.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "testhosts"))
+import traffic
 
 ROOT = Path(__file__).resolve().parents[2]
 DOUBLE = ROOT / "tests" / "doubles" / "sglang_double"
 ROUTER_VENV = Path(os.environ.get("KDTREE_ROUTER_VENV", ROOT / ".cache" / "router-venv"))
 ROUTER_BIN = ROUTER_VENV / "bin" / "sglang-router"
 KEY = "drain-test-key-7f3a9c"
+os.environ[traffic.KEY_ENV] = KEY  # the client's key
+Traffic = traffic.Traffic
 GENERATE_S = 0.4
 
 needs_router = pytest.mark.skipif(
@@ -144,43 +147,3 @@ def fleet(tmp_path: Path) -> Iterator[Callable[..., tuple[Router, list[Double]]]
     yield _make
     for thing in reversed(made):
         thing.stop()
-
-
-@dataclass
-class Traffic:
-    """A bounded client: one request at a time per thread through the router, counted."""
-
-    url: str
-    threads: int = 4
-    sent: int = 0
-    answered: int = 0
-    failed: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _workers: list[threading.Thread] = field(default_factory=list)
-
-    def _loop(self) -> None:
-        body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 1}}).encode()
-        headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
-        while not self._stop.is_set():
-            with self._lock:
-                self.sent += 1
-            try:
-                http_client.request("POST", self.url + "/generate", timeout_s=15, body=body, headers=headers)
-                with self._lock:
-                    self.answered += 1
-            except http_client.HttpFailure as exc:
-                with self._lock:
-                    self.failed.append(exc.reason)
-
-    def __enter__(self) -> Traffic:
-        for _ in range(self.threads):
-            thread = threading.Thread(target=self._loop, daemon=True)
-            thread.start()
-            self._workers.append(thread)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._workers:
-            thread.join(timeout=20)

@@ -18,8 +18,18 @@ from conftest import KEY, ROOT
 BIN = Path(sys.executable).parent
 
 
-def _play(tmp: Path, entries: str, hosts: str, extra: dict, doubles, limit: str = "all") -> tuple[int, str]:
-    """One ansible-playbook run of the entry points `entries` (comma-separated, in order) on `limit`."""
+def _play(
+    tmp: Path,
+    entries: str,
+    hosts: str,
+    extra: dict,
+    doubles,
+    limit: str = "all",
+    strategy: str = "linear",
+    delays: tuple[float, ...] = (),
+) -> tuple[int, str]:
+    """One ansible-playbook run of the entry points `entries` (comma-separated, in order) on `limit`;
+    host i first waits delays[i] s (with strategy free the hosts then reach the drain one by one)."""
     inventory = {
         "all": {
             "hosts": {
@@ -29,6 +39,7 @@ def _play(tmp: Path, entries: str, hosts: str, extra: dict, doubles, limit: str 
                     "kdtree_drain_worker_url": d.url,
                     "kdtree_drain_record_path": str(tmp / f"h{i}-drain.json"),
                     "_server": d.url,
+                    "_delay": delays[i] if delays else 0,
                 }
                 for i, d in enumerate(doubles)
             }
@@ -43,7 +54,12 @@ def _play(tmp: Path, entries: str, hosts: str, extra: dict, doubles, limit: str 
         }
         for entry in entries.split(",")
     ]
+    if delays:
+        tasks.insert(
+            0, {"name": "Arrive late", "ansible.builtin.command": "sleep {{ _delay }}", "changed_when": False}
+        )
     play = {"name": "Drain", "hosts": hosts, "gather_facts": False, "vars": extra, "tasks": tasks}
+    play["strategy"] = strategy
     (tmp / "play.yml").write_text(yaml.safe_dump([play]))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     out = subprocess.run(
@@ -145,3 +161,51 @@ def test_hooks_run_on_the_controller_with_the_host_and_the_share_counts_the_play
     rc, text = _play(tmp_path, "drain", "all", hooks, doubles)
     assert rc != 0 and "refusing to drain 2 of the play's 2 hosts at once" in text
     assert len(log.read_text().splitlines()) == 2
+
+
+def _refused(text: str) -> list[str]:
+    return sorted(set(re.findall(r"fatal: \[(h\d)[] ]", text)))
+
+
+def test_strategy_free_a_full_batch_lets_the_share_through_and_refuses_the_rest(
+    fleet, tmp_path: Path
+) -> None:
+    """The deploy's strategy free with a 100 % batch: the hosts reach the safety rule one by one. A host
+    counts as out from the moment its check passed (before its removal), so a later host sees it: the
+    share is never exceeded; the rule refuses the hosts beyond it (they fail, nothing of theirs is
+    drained), it does not make them wait."""
+    rtr, doubles = fleet(hosts=3)
+    share = _router_vars(rtr, kdtree_drain_max_share=0.5)  # 1 of 3 at once
+    rc, text = _play(tmp_path, "drain", "all", share, doubles, strategy="free", delays=(0, 3, 6))
+    assert rc != 0
+    assert _refused(text) == ["h1", "h2"], text
+    assert "refusing to drain 2 of the router's 3 healthy workers at once: at most 1" in text
+    assert _listed(rtr) == sorted(d.url for d in doubles[1:])
+    assert sorted(p.name for p in tmp_path.glob("*-drain.json")) == ["h0-drain.json"]
+
+
+def test_strategy_free_hosts_checking_together_never_exceed_the_share(fleet, tmp_path: Path) -> None:
+    rtr, doubles = fleet(hosts=3)
+    rc, text = _play(
+        tmp_path, "drain", "all", _router_vars(rtr, kdtree_drain_max_share=0.5), doubles, strategy="free"
+    )
+    drained = [d.url for d in doubles if d.url not in _listed(rtr)]
+    assert rc != 0 and len(drained) <= 1, text
+    assert len(_refused(text)) == 3 - len(drained)
+    assert len(list(tmp_path.glob("*-drain.json"))) == len(drained)
+
+
+def test_strategy_free_hooks_count_a_host_of_the_batch_already_out(fleet, tmp_path: Path) -> None:
+    _, doubles = fleet(hosts=3)
+    log = tmp_path / "hooks.log"
+    hook = ["sh", "-c", f'echo "$KDTREE_DRAIN_ACTION $KDTREE_DRAIN_HOST" >> {log}']
+    hooks = {
+        "kdtree_drain_mode": "hooks",
+        "kdtree_drain_drain_command": hook,
+        "kdtree_drain_rejoin_command": hook,
+        "kdtree_drain_max_share": 0.5,
+    }
+    rc, text = _play(tmp_path, "drain", "all", hooks, doubles, strategy="free", delays=(0, 3, 6))
+    assert rc != 0 and _refused(text) == ["h1", "h2"], text
+    assert "refusing to drain 2 of the play's 3 hosts at once (at most 1" in text
+    assert log.read_text().splitlines() == ["drain h0"]

@@ -89,12 +89,13 @@ FACTS = {
 # Test-host tooling allowed to spell a fact out: the test double's own stock unit and its installer
 # (the operator's side of a test host, not kdtree), and the demo's host reader, which builds the
 # health URL of a test host from the service role's host and port defaults; the batch test's reader of a
-# crashed test host.
+# crashed test host; the drain tests' edit of the stock unit, which also names its worker URL.
 DOUBLE_SIDE = {
     "scripts/testhosts/fleet.sh",
     "scripts/testhosts/install-double.sh",
     "scripts/testhosts/hostread.py",
     "scripts/testhosts/crash_times.py",
+    "scripts/testhosts/serve-on-network.sh",
 }
 
 

@@ -252,3 +252,37 @@ def test_crash_host_limits_the_crash_to_the_named_host(start) -> None:
     time.sleep(1.0)
     assert srv.proc.poll() is None
     assert "SimulatedSchedulerError" not in srv.text()
+
+
+def test_request_log_has_each_generate_arriving_and_answered_and_a_cut_one_unanswered(
+    start, tmp_path: Path
+) -> None:
+    log = tmp_path / "requests.jsonl"
+    env = {"SGLANG_DOUBLE_LOAD_SECONDS": "0", "SGLANG_DOUBLE_WARMUP_SECONDS": "0"}
+    srv = start(
+        "--tp-size", "1", SGLANG_DOUBLE_GENERATE_SECONDS="0.5", SGLANG_DOUBLE_REQUEST_LOG=str(log), **env
+    )
+    _wait(lambda: "ready to roll" in srv.text(), what="the server to be ready")
+    req = urllib.request.Request(f"http://127.0.0.1:{srv.port}/generate", data=b'{"text": "hi"}')
+    before = time.time()
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        assert resp.status == 200
+    cut = subprocess.Popen(  # a second request, in flight when the server is killed
+        [
+            sys.executable,
+            "-c",
+            f"import urllib.request as u; u.urlopen(u.Request({req.full_url!r}, data=b'{{}}'), timeout=5)",
+        ],
+        stderr=subprocess.DEVNULL,
+    )
+    _wait(lambda: log.read_text().count('"arrived"') == 3, what="the second request to arrive")
+    srv.stop()
+    cut.wait(timeout=10)
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    # the warm-up request, ours, and the cut one (arrived, never answered)
+    assert [line["event"] for line in lines] == ["arrived", "answered", "arrived", "answered", "arrived"]
+    ours = [line for line in lines if line["t"] >= before]
+    assert ours[0]["id"] == ours[1]["id"] and ours[1]["t"] - ours[0]["t"] >= 0.5
+    assert {line["pid"] for line in lines} == {srv.proc.pid}
+    assert all(line["client"] == "127.0.0.1" for line in lines)
+    assert [line["ready"] for line in lines] == [False, False, True, True, True]  # the warm-up is not ready

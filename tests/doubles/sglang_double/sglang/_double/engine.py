@@ -14,7 +14,8 @@ What happens, in the real order:
 
 Knobs (environment, see knobs.py): SGLANG_DOUBLE_LOAD_SECONDS, SGLANG_DOUBLE_WARMUP_SECONDS,
 SGLANG_DOUBLE_CRASH_AFTER (+ SGLANG_DOUBLE_CRASH_RANK), SGLANG_DOUBLE_HANG (+ SGLANG_DOUBLE_HANG_RANK),
-SGLANG_DOUBLE_GENERATE_SECONDS (how long each POST /generate takes).
+SGLANG_DOUBLE_GENERATE_SECONDS (how long each POST /generate takes), SGLANG_DOUBLE_REQUEST_LOG (a JSON-lines
+log of each POST /generate's arrival and answer).
 """
 
 from __future__ import annotations
@@ -135,7 +136,8 @@ def launch_server(args: argparse.Namespace) -> None:
     procs, readers = launch_subprocesses(args)
     wait_for_schedulers(readers)
     pids = [p.pid for p in procs[:-1] if p.pid is not None]
-    state = ServerState(args, model_config, pids, Knobs.from_env().generate_seconds)
+    knobs = Knobs.from_env()
+    state = ServerState(args, model_config, pids, knobs.generate_seconds, knobs.request_log)
     try:
         server = start_http_server(state)
     except OSError as exc:

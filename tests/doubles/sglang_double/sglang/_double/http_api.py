@@ -3,7 +3,10 @@
 Endpoints: /health and /health_generate (503 until warm-up is done, then 200), /model_info and
 /get_model_info, /v1/models, /server_info, /v1/loads (SGLang 0.5.23's load snapshot: the requests
 in flight as num_running_reqs of dp rank 0), and POST /generate (answers a fixed one-token text after
-SGLANG_DOUBLE_GENERATE_SECONDS, 0 by default).
+SGLANG_DOUBLE_GENERATE_SECONDS, 0 by default). With SGLANG_DOUBLE_REQUEST_LOG=<path> each POST /generate
+appends two JSON lines there, {"event": "arrived"|"answered", "t": <epoch s>, "id", "client", "pid",
+"ready"} ("ready": false for the server's own warm-up request): a request that arrived and was never
+answered was cut (its process was stopped while it was in flight).
 Like the real engine the socket is bound only after every scheduler reported ready.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -28,18 +32,37 @@ class ServerState:
         model_config: dict[str, Any],
         scheduler_pids: list[int],
         generate_seconds: float = 0.0,
+        request_log: str = "",
     ):
         self.args = args
         self.model_config = model_config
         self.scheduler_pids = scheduler_pids
         self.ready = threading.Event()
         self.generate_seconds = generate_seconds
+        self.request_log = request_log
         self._lock = threading.Lock()
         self.in_flight = 0
 
     def enter(self, step: int) -> None:
         with self._lock:
             self.in_flight += step
+
+    def log_request(self, event: str, request_id: str, client: str) -> None:
+        """One line of the request log (when SGLANG_DOUBLE_REQUEST_LOG names one), flushed at once."""
+        if not self.request_log:
+            return
+        line = json.dumps(
+            {
+                "event": event,
+                "t": time.time(),
+                "id": request_id,
+                "client": client,
+                "pid": os.getpid(),
+                "ready": self.ready.is_set(),
+            }
+        )
+        with self._lock, open(self.request_log, "a", encoding="utf-8") as log:
+            log.write(line + "\n")
 
     def loads(self) -> dict[str, Any]:
         with self._lock:
@@ -132,9 +155,11 @@ def _handler_class(state: ServerState) -> type[BaseHTTPRequestHandler]:
                 "completion_tokens": 1,
             }
             state.enter(1)  # in flight until its answer (and its access-log line) is out
+            state.log_request("arrived", meta["id"], self.client_address[0])
             try:
                 time.sleep(state.generate_seconds)
                 self._send(200, {"text": " double", "meta_info": meta})
+                state.log_request("answered", meta["id"], self.client_address[0])
             finally:
                 state.enter(-1)
 

@@ -33,6 +33,9 @@ class Knobs:
     flood_lines: int = 0  # this many lines, so journald's rate limiting drops the marker after them
     # each POST /generate takes this long (requests really in flight during a drain or a restart)
     generate_seconds: float = 0.0
+    # JSON lines, one when each POST /generate arrives and one when it is answered (the request log the
+    # drain tests read: which requests reached this host, and when)
+    request_log: str = ""
 
     @classmethod
     def from_env(cls) -> Knobs:
@@ -50,4 +53,5 @@ class Knobs:
             benign_traceback=os.environ.get("SGLANG_DOUBLE_BENIGN_TRACEBACK", "") not in ("", "0"),
             flood_lines=_int("SGLANG_DOUBLE_FLOOD_LINES", 0),
             generate_seconds=_float("SGLANG_DOUBLE_GENERATE_SECONDS", 0.0) or 0.0,
+            request_log=os.environ.get("SGLANG_DOUBLE_REQUEST_LOG", "").strip(),
         )
