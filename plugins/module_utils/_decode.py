@@ -97,7 +97,7 @@ def _split_sample(line: str) -> tuple[str, str, str] | None:
             return line[:brace], line[brace:], ""
         name, labels, rest = line[:brace], line[brace : end + 1], line[end + 1 :]
     else:
-        name, _, rest = line.partition(" ")
+        name, _space, rest = line.partition(" ")
         labels = ""
     words = rest.split()
     return name, labels, words[0] if words else ""
