@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Continuous traffic through SGLang's router during a rollout, and what the hosts saw of it (issue 25).
 
   traffic.py router-start --state DIR --worker URL... [--disable-retries]
