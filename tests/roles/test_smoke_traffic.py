@@ -434,17 +434,19 @@ class Publisher:
         self.thread.join(timeout=5)
 
 
+def _run_on_statusdir(tr, statusdir, tmp_path, req, pids):
+    """run_traffic over the schedulers `pids`, their counts read from the status files under tmp_path
+    (fresh within 0.1 s, polled every 0.05 s)."""
+    return tr.run_traffic(
+        req, pids, lambda p: tr.read_counts(statusdir, str(tmp_path), p), statusdir.fresh_bound_s(0.1), 0.05
+    )
+
+
 def test_run_traffic_end_to_end_counts_the_kernel_calls_of_every_scheduler(tr, statusdir, tmp_path):
     with Server(delay=0.02) as server, Publisher(tmp_path, [101, 102], server):
         server.itl_samples = 1000  # before the smoke run: not its own
         req = tr.Requests(count=4, health_url=server.health_url)
-        result = tr.run_traffic(
-            req,
-            [101, 102],
-            lambda p: tr.read_counts(statusdir, str(tmp_path), p),
-            statusdir.fresh_bound_s(0.1),
-            0.05,
-        )
+        result = _run_on_statusdir(tr, statusdir, tmp_path, req, [101, 102])
     assert result.ok, result.why
     assert result.line.startswith("traffic: 4 requests, kernel calls +80 in 2/2 schedulers; decode ")
     assert [s["kernel_calls"] for s in result.schedulers] == [40, 40]
@@ -462,13 +464,7 @@ def test_run_traffic_reads_sglangs_metrics_before_and_after_the_requests(tr, sta
     with Server(metrics=True) as server, Publisher(tmp_path, [101], server):
         server.itl_samples = 1000  # samples of earlier requests: the delta leaves them out
         req = tr.Requests(count=3, health_url=server.health_url, max_new_tokens=5, api_key=SECRET)
-        result = tr.run_traffic(
-            req,
-            [101],
-            lambda p: tr.read_counts(statusdir, str(tmp_path), p),
-            statusdir.fresh_bound_s(0.1),
-            0.05,
-        )
+        result = _run_on_statusdir(tr, statusdir, tmp_path, req, [101])
     assert result.ok, result.why
     figures = result.decode
     assert figures["itl_samples"] == 3 * 4 and figures["itl_mean_s"] == pytest.approx(ITL_S)
@@ -481,13 +477,7 @@ def test_run_traffic_reads_sglangs_metrics_before_and_after_the_requests(tr, sta
 def test_run_traffic_end_to_end_fails_when_the_calls_went_to_the_original(tr, statusdir, tmp_path):
     with Server() as server, Publisher(tmp_path, [101], server, path="dtype"):
         req = tr.Requests(count=2, health_url=server.health_url)
-        result = tr.run_traffic(
-            req,
-            [101],
-            lambda p: tr.read_counts(statusdir, str(tmp_path), p),
-            statusdir.fresh_bound_s(0.1),
-            0.05,
-        )
+        result = _run_on_statusdir(tr, statusdir, tmp_path, req, [101])
     assert not result.ok
     assert (
         "scheduler pid 101: 0 of 20 verify calls reached the kernel; sent to the original: dtype 20"
