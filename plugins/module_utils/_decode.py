@@ -6,16 +6,19 @@ the report (module_utils/_report.py, plugin_utils/_report_table.py) shows them b
 deploy's. The figures (FIGURES):
 
 tokens_per_s   the smoke requests' own throughput: the sum of their completion tokens (each
-               answer's `meta_info.completion_tokens`, SGLang's /generate, or `usage.completion_tokens`
-               of an OpenAI route) divided by the sum of their wall-clock seconds (each from its send
-               to the last byte of its answer, as module_utils/_http_client measures it). The
-               requests run one after the other, so that is their wall time without the gaps between
-               them. None when an answer does not say its completion tokens.
+               answer's `meta_info.completion_tokens`, of a streamed answer its last event's,
+               SGLang's /generate, or `usage.completion_tokens` of an OpenAI route) divided by the
+               sum of their wall-clock seconds (each from its send to the last byte of its answer,
+               as module_utils/_http_client measures it). The requests run one after the other, so
+               that is their wall time without the gaps between them. None when an answer does not
+               say its completion tokens.
 itl_mean_s     SGLang's mean inter-token latency over the smoke run: the delta of its histogram
                `sglang:inter_token_latency_seconds` between a /metrics read right before the first
                request and one right after the last answer, sum delta / count delta, each summed over
                the histogram's series. None when either read has no such histogram (the unit runs
                without --enable-metrics, or /metrics does not answer) or no sample was added.
+               SGLang 0.5.23 observes it from a request's second output on, which only a streamed
+               request has: the smoke requests are streamed unless the operator turns that off.
 accept_length  SGLang's gauge `sglang:spec_accept_length` (accepted drafts + the bonus token per
                verify step, its most recent value) read after the last answer: the mean over its
                series above 0. None when it is absent or still 0 (nothing published yet).
@@ -194,13 +197,66 @@ def itl_mean(before: str | None, after: str | None, unread: str = "") -> tuple[F
     return Figure(round(total_s / total_n, 6)), int(total_n)
 
 
-def completion_tokens(body: bytes) -> int | None:
-    """The completion tokens an answer says it generated (SGLang's meta_info, an OpenAI usage);
-    None when it does not say, or says something that is not a count."""
+@dataclass(frozen=True)
+class Stream:
+    """A streamed answer (SGLang's server-sent events: "data: {...}" lines, the last "data:
+    [DONE]"): each event's JSON in order, whether [DONE] came, and why it is malformed ("" when
+    it is not)."""
+
+    events: list[Any]
+    done: bool
+    malformed: str = ""
+
+
+def is_stream(body: bytes) -> bool:
+    """Whether an answer is a stream of server-sent events rather than one JSON document."""
+    return body.lstrip().startswith(b"data:")
+
+
+def read_stream(body: bytes) -> Stream:
+    """The events of a streamed answer (is_stream); an event that is not JSON, or anything after
+    [DONE], makes it malformed."""
     try:
-        doc = json.loads(body.decode("utf-8"))
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return Stream([], False, "not UTF-8")
+    events: list[Any] = []
+    done = False
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue  # the blank line that ends each event
+        if done:
+            return Stream(events, done, f"line {number} after [DONE]")
+        if not line.startswith("data:"):
+            return Stream(events, done, f"line {number} is not a data line")
+        event = line[len("data:") :].strip()
+        if event == "[DONE]":
+            done = True
+            continue
+        try:
+            events.append(json.loads(event))
+        except (ValueError, RecursionError):
+            return Stream(events, done, f"event {len(events) + 1} is not JSON")
+    return Stream(events, done)
+
+
+def answer_doc(body: bytes) -> Any:
+    """The JSON document an answer carries: the whole body, or, of a streamed answer, its last
+    event (which carries the request's final meta_info). None when there is none that parses."""
+    if is_stream(body):
+        stream = read_stream(body)
+        return stream.events[-1] if stream.events and not stream.malformed else None
+    try:
+        return json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         return None
+
+
+def completion_tokens(body: bytes) -> int | None:
+    """The completion tokens an answer says it generated (SGLang's meta_info, an OpenAI usage; of
+    a streamed answer, its last event's); None when it does not say, or says something that is
+    not a count."""
+    doc = answer_doc(body)
     if not isinstance(doc, dict):
         return None
     for key in ("meta_info", "usage"):

@@ -84,6 +84,7 @@ def with_traffic(
         timeout_s=float(params.get("request_timeout_s") or 30.0),
         total_timeout_s=float(params.get("traffic_timeout_s") or 120.0),
         api_key=params.get("api_key") or "",
+        stream=bool(params.get("request_stream", True)),
     )
     pids = [int(item["pid"]) for item in verdict.schedulers]
     result = traffic(req, pids, statusdir, params)

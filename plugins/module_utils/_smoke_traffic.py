@@ -213,6 +213,9 @@ class Requests:
     timeout_s: float = 30.0
     total_timeout_s: float = 120.0
     api_key: str = ""
+    # SGLang's "stream": the answer comes as server-sent events, one per output, which is what
+    # makes SGLang observe its inter-token latency (module_utils/_decode.py, itl_mean_s).
+    stream: bool = True
 
     def url(self) -> str:
         parts = urllib.parse.urlsplit(self.health_url)
@@ -227,7 +230,8 @@ class Requests:
 
     def body(self) -> bytes:
         sampling = {"max_new_tokens": self.max_new_tokens, "temperature": 0}
-        return json.dumps({"text": self.prompt, "sampling_params": sampling}).encode("utf-8")
+        doc = {"text": self.prompt, "sampling_params": sampling, "stream": self.stream}
+        return json.dumps(doc).encode("utf-8")
 
 
 def send_requests(
@@ -274,6 +278,9 @@ def send_requests(
                 http_client.redact(f"request {index}/{req.count} to {url} {why}", secrets)
             ) from None
         last = clock()
+        problem = stream_problem(answer.body) if req.stream else ""
+        if problem:
+            raise TrafficError(http_client.redact(f"request {index}/{req.count} to {url} {problem}", secrets))
         answers.append(
             {
                 "status": answer.status,
@@ -282,6 +289,28 @@ def send_requests(
             }
         )
     return answers, last
+
+
+def stream_problem(body: bytes) -> str:
+    """Why a streamed request's 2xx answer is no answer ("" when it is one). SGLang answers a
+    streamed request 200 before it generates, so a failure comes as an "error" event; a stream
+    cut short lacks the final [DONE]. A plain JSON answer (a route that does not stream) is taken
+    as it is."""
+    if not decode.is_stream(body):
+        return ""
+    stream = decode.read_stream(body)
+    if stream.malformed:
+        return f"streamed a malformed answer ({stream.malformed})"
+    for event in stream.events:
+        if isinstance(event, dict) and "error" in event:
+            error = event["error"]
+            message = error.get("message") if isinstance(error, dict) else error
+            return f"streamed an error: {str(message)[:200]}"
+    if not stream.done:
+        return "streamed an answer that ended without data: [DONE]"
+    if not stream.events:
+        return "streamed no output before data: [DONE]"
+    return ""
 
 
 def read_metrics(req: Requests) -> str:

@@ -44,6 +44,24 @@ M = 'model_name="m"'
 # tokens/s
 
 
+@pytest.mark.parametrize(
+    ("body", "events", "done", "malformed"),
+    [
+        (b'data: {"a": 1}\n\ndata: {"a": 2}\n\ndata: [DONE]\n\n', [{"a": 1}, {"a": 2}], True, ""),
+        (b'data: {"a": 1}\n\n', [{"a": 1}], False, ""),
+        (b'data: {"a": 1}\n\ndata: nope\n\n', [{"a": 1}], False, "event 2 is not JSON"),
+        (b"data: [DONE]\n\ndata: {}\n\n", [], True, "line 3 after [DONE]"),
+        (b'data: {"a": 1}\nevent: x\n\n', [{"a": 1}], False, "line 2 is not a data line"),
+        (b"data: \xff\n\n", [], False, "not UTF-8"),
+    ],
+    ids=["two-events", "no-done", "bad-event", "after-done", "other-field", "not-utf8"],
+)
+def test_a_streamed_answer_is_read_by_event_and_odd_streams_are_malformed(body, events, done, malformed):
+    stream = decode.read_stream(body)
+    assert (stream.events, stream.done, stream.malformed) == (events, done, malformed)
+    assert decode.is_stream(body)
+
+
 def test_tokens_per_s_is_the_completion_tokens_over_the_requests_seconds():
     answers = [{"seconds": 0.5, "completion_tokens": 16}, {"seconds": 1.5, "completion_tokens": 8}]
     figure, tokens, seconds = decode.tokens_per_s(answers)
@@ -92,6 +110,15 @@ def test_tokens_per_s_is_none_with_why_never_zero(answers, why):
         (b"[1, 2]", None),
         (b"not json", None),
         (b"\xff\xfe", None),
+        # streamed: the last event's meta_info (SGLang's events are cumulative)
+        (
+            b'data: {"text": " P", "meta_info": {"completion_tokens": 1}}\n\n'
+            b'data: {"text": " Paris", "meta_info": {"completion_tokens": 2}}\n\ndata: [DONE]\n\n',
+            2,
+        ),
+        (b'data: {"meta_info": {"completion_tokens": 3}}\n\n', 3),  # no [DONE]: the traffic refuses it
+        (b'data: {"meta_info": {"completion_tokens": 1}}\n\ndata: {oops\n\ndata: [DONE]\n\n', None),
+        (b"data: [DONE]\n\n", None),
     ],
 )
 def test_an_answer_says_its_completion_tokens_or_nothing(body, tokens):

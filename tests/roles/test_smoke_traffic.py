@@ -233,9 +233,15 @@ class Server:
     without, 404 (a server without --enable-metrics)."""
 
     def __init__(
-        self, status: int = 200, delay: float = 0.0, echo_auth: bool = False, metrics: bool = False
+        self,
+        status: int = 200,
+        delay: float = 0.0,
+        echo_auth: bool = False,
+        metrics: bool = False,
+        stream_tail: str = "done",
     ) -> None:
         self.status = status
+        self.stream_tail = stream_tail  # how a streamed answer ends: done, error, cut
         self.delay = delay
         self.echo_auth = echo_auth
         self.metrics = metrics
@@ -282,9 +288,23 @@ class Server:
                         "auth": self.headers.get("Authorization") if outer.echo_auth else "",
                     }
                 raw = json.dumps(text).encode()
+                kind = "application/json"
+                if body.get("stream") and outer.status < 300:
+                    # SGLang's streamed /generate: one event per output (cumulative), then [DONE]
+                    events = [
+                        {"text": " Paris." * (i + 1), "meta_info": {"completion_tokens": i + 1}}
+                        for i in range(tokens)
+                    ]
+                    if outer.stream_tail == "error":
+                        events.append({"error": {"message": "boom in the kernel", "code": 400}})
+                    lines = [f"data: {json.dumps(event)}\n\n" for event in events]
+                    if outer.stream_tail != "cut":
+                        lines.append("data: [DONE]\n\n")
+                    raw = "".join(lines).encode()
+                    kind = "text/event-stream"
                 try:
                     self.send_response(outer.status)
-                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Type", kind)
                     self.send_header("Content-Length", str(len(raw)))
                     self.end_headers()
                     self.wfile.write(raw)
@@ -322,8 +342,33 @@ def test_requests_go_to_the_route_on_the_health_url_s_host_with_the_wanted_body(
     assert server.seen[0]["body"] == {
         "text": "Hi",
         "sampling_params": {"max_new_tokens": 8, "temperature": 0},
+        "stream": True,
     }
     assert server.seen[0]["auth"] is None
+    assert [a["completion_tokens"] for a in answers] == [8, 8, 8]  # the last event's meta_info
+
+
+def test_with_streaming_off_the_request_says_so_and_the_json_answer_counts(tr):
+    with Server() as server:
+        req = tr.Requests(count=1, health_url=server.health_url, max_new_tokens=5, stream=False)
+        answers, _ = tr.send_requests(req)
+    assert server.seen[0]["body"]["stream"] is False
+    assert answers[0]["completion_tokens"] == 5
+
+
+@pytest.mark.parametrize(
+    ("tail", "why"),
+    [
+        ("error", "request 1/2 to http://127.0.0.1:{port}/generate streamed an error: boom in the kernel"),
+        ("cut", "request 1/2 to http://127.0.0.1:{port}/generate streamed an answer that ended without"),
+    ],
+    ids=["error-event", "no-done"],
+)
+def test_a_streamed_200_with_an_error_event_or_cut_short_is_no_answer(tr, tail, why):
+    with Server(stream_tail=tail) as server, pytest.raises(tr.TrafficError) as info:
+        tr.send_requests(tr.Requests(count=2, health_url=server.health_url))
+    assert why.format(port=server.port) in str(info.value)
+    assert len(server.seen) == 1  # the first bad answer stops the traffic
 
 
 def test_a_500_fails_naming_the_status_and_the_body_head(tr):

@@ -286,3 +286,19 @@ def test_request_log_has_each_generate_arriving_and_answered_and_a_cut_one_unans
     assert {line["pid"] for line in lines} == {srv.proc.pid}
     assert all(line["client"] == "127.0.0.1" for line in lines)
     assert [line["ready"] for line in lines] == [False, False, True, True, True]  # the warm-up is not ready
+
+
+def test_a_streamed_generate_is_answered_as_sglangs_server_sent_events(start) -> None:
+    env = {"SGLANG_DOUBLE_LOAD_SECONDS": "0", "SGLANG_DOUBLE_WARMUP_SECONDS": "0"}
+    srv = start("--tp-size", "1", **env)
+    _wait(lambda: "ready to roll" in srv.text(), what="the server to be ready")
+    url = f"http://127.0.0.1:{srv.port}/generate"
+    streamed = urllib.request.Request(url, data=b'{"text": "hi", "stream": true}')
+    with urllib.request.urlopen(streamed, timeout=5) as resp:
+        assert resp.headers["Content-Type"] == "text/event-stream"
+        body = resp.read().decode()
+    events = body.split("\n\n")
+    assert events[-2:] == ["data: [DONE]", ""]
+    assert json.loads(events[0].removeprefix("data: "))["meta_info"]["completion_tokens"] == 1
+    with urllib.request.urlopen(urllib.request.Request(url, data=b'{"text": "hi"}'), timeout=5) as resp:
+        assert json.loads(resp.read())["text"] == " double"  # not streamed: one JSON document

@@ -3,7 +3,8 @@
 Endpoints: /health and /health_generate (503 until warm-up is done, then 200), /model_info and
 /get_model_info, /v1/models, /server_info, /v1/loads (SGLang 0.5.23's load snapshot: the requests
 in flight as num_running_reqs of dp rank 0), and POST /generate (answers a fixed one-token text after
-SGLANG_DOUBLE_GENERATE_SECONDS, 0 by default). With SGLANG_DOUBLE_REQUEST_LOG=<path> each POST /generate
+SGLANG_DOUBLE_GENERATE_SECONDS, 0 by default; as one server-sent event and [DONE] when the request
+says "stream": true). With SGLANG_DOUBLE_REQUEST_LOG=<path> each POST /generate
 appends two JSON lines there, {"event": "arrived"|"answered", "t": <epoch s>, "id", "client", "pid",
 "ready"} ("ready": false for the server's own warm-up request): a request that arrived and was never
 answered was cut (its process was stopped while it was in flight).
@@ -110,6 +111,15 @@ def _handler_class(state: ServerState) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _send_events(self, code: int, events: list[dict[str, Any]]) -> None:
+            data = "".join(f"data: {json.dumps(event)}\n\n" for event in events) + "data: [DONE]\n\n"
+            encoded = data.encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(encoded)))
+            self.end_headers()
+            self.wfile.write(encoded)
+
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path in ("/health", "/health_generate", "/ready"):
@@ -158,7 +168,12 @@ def _handler_class(state: ServerState) -> type[BaseHTTPRequestHandler]:
             state.log_request("arrived", meta["id"], self.client_address[0])
             try:
                 time.sleep(state.generate_seconds)
-                self._send(200, {"text": " double", "meta_info": meta})
+                answer = {"text": " double", "meta_info": meta}
+                if req.get("stream"):
+                    # SGLang's streamed /generate: one server-sent event per output, then [DONE]
+                    self._send_events(200, [answer])
+                else:
+                    self._send(200, answer)
                 state.log_request("answered", meta["id"], self.client_address[0])
             finally:
                 state.enter(-1)
