@@ -30,8 +30,10 @@ sglang-venv-oldest: system-deps
 
 # The real wheel: signature binding, `python -m sglang.launch_server --device cpu` scheduler marker,
 # the reference against SGLang's Triton extend_attention_fwd (TRITON_INTERPRET=1, float32), modes.
-test-sglang: sglang-venv
+# Also the dashboard's SGLang series against that venv's sources (make test-roles-fast may skip it).
+test-sglang: venv sglang-venv
 	KDTREE_SGLANG_RELEASE=$(SGLANG_NEWEST) $(SGLANG_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/ext/sglang
+	KDTREE_REQUIRE_SGLANG_VENV=1 $(VBIN)/pytest -q -p no:cacheprovider tests/roles/test_monitoring.py
 
 # The same tests on the window's oldest release, on the stack it pins: the dispatch through SGLang's real
 # Triton kernel (interpreted), reference equality, modes, fallbacks; not the `launcher` ones (minutes).
