@@ -45,8 +45,26 @@ lint: venv $(LINT_TARGETS)
 	$(VBIN)/ruff format --check .
 	$(VBIN)/yamllint -s .
 
+# make test runs in three phases, each side by side on TEST_JOBS (2) cores, every target's output
+# printed whole when it ends: 1. lint and the roles' tests beside what the suites install (TEST_PREP:
+# venvs, the engine's model, the wheels, the image); 2. the molecule scenarios (MOLECULE_JOBS at a time);
+# 3. every other suite (TEST_TARGETS without the first two; the components' files add them). A target
+# that fails stops its phase once the targets running beside it end.
+TEST_JOBS ?= 2
+TEST_PREP := testhost-image sglang-venv engine-model sglang-venv-oldest publish-venvs router-venv sglang-wheels
+# phase 3 starts the longest first (make -j takes the list in order), the rest as the files list them
+TEST_LONGEST := test-publish test-drain-fast test-kernel mutation-check test-testhosts
+TEST_LAST := $(filter $(TEST_LONGEST),$(TEST_TARGETS)) \
+  $(filter-out test-roles-fast test-molecule $(TEST_LONGEST),$(TEST_TARGETS))
+TEST_PHASE = start=$$(date +%s); $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target
+
 # Every test (lint first); installs what it needs. CI runs this on a fresh clone.
-test: lint $(TEST_TARGETS)
+test: venv
+	@$(TEST_PHASE) lint test-roles-fast $(TEST_PREP) && \
+	  echo "make test: phase 1 (lint, roles, set-up) passed in $$(( $$(date +%s) - start )) s"
+	@start=$$(date +%s); $(MAKE) --no-print-directory test-molecule && \
+	  echo "make test: phase 2 (molecule) passed in $$(( $$(date +%s) - start )) s"
+	@$(TEST_PHASE) $(TEST_LAST) && echo "make test: phase 3 ($(TEST_LAST)) passed in $$(( $$(date +%s) - start )) s"
 	@echo "make test: all test targets passed ($(TEST_TARGETS))"
 
 # The quick inner-loop tests (no containers, no torch).

@@ -187,9 +187,16 @@ def test_tp2_refuses_until_ready_then_503_then_200_with_titled_spawned_children(
     assert "The server is fired up and ready to roll!" in srv.text()
 
     kids = _children(srv.proc.pid)
-    comms = sorted(Path(f"/proc/{pid}/comm").read_text().strip() for pid in kids)
-    # /proc/PID/comm holds 15 bytes; both setproctitle and the prctl fallback set it.
-    assert comms.count("sglang::schedul") == 2 and comms.count("sglang::detoken") == 1, comms
+
+    def comms() -> list[str]:
+        return sorted(Path(f"/proc/{pid}/comm").read_text().strip() for pid in kids)
+
+    # /proc/PID/comm holds 15 bytes; both setproctitle and the prctl fallback set it (each child once it
+    # runs: on a loaded machine that may come after /health answers)
+    def titled() -> bool:
+        return comms().count("sglang::schedul") == 2 and comms().count("sglang::detoken") == 1
+
+    _wait(titled, what="two schedulers' and the detokenizer's titles")
     for pid in kids:
         if Path(f"/proc/{pid}/comm").read_text().startswith("sglang::"):
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -208,8 +215,13 @@ def test_tp2_refuses_until_ready_then_503_then_200_with_titled_spawned_children(
 def test_tp1_scheduler_title_has_no_rank_suffix(start) -> None:
     srv = start("--tp-size", "1", SGLANG_DOUBLE_LOAD_SECONDS="0.2", SGLANG_DOUBLE_WARMUP_SECONDS="0")
     _wait(lambda: _http_status(srv.port, "/health") == 200, what="/health 200")
-    comms = sorted(Path(f"/proc/{pid}/comm").read_text().strip() for pid in _children(srv.proc.pid))
-    assert "sglang::schedul" in comms and "sglang::detoken" in comms
+
+    def comms() -> list[str]:
+        return sorted(Path(f"/proc/{pid}/comm").read_text().strip() for pid in _children(srv.proc.pid))
+
+    # a child sets its title once it runs: on a loaded machine that may come after /health answers
+    _wait(lambda: {"sglang::schedul", "sglang::detoken"} <= set(comms()), what="both children's titles")
+    assert comms().count("sglang::schedul") == 1, comms()
     started = [line for line in srv.text().splitlines() if "Scheduler started" in line]
     assert len(started) == 1
     assert re.match(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] Scheduler started", started[0]), started
