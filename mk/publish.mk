@@ -79,8 +79,10 @@ test-publish-ee: publish-venvs
 	@$(PUB_TIME) rm -rf $(PUB_OUT)/ee && $(PUB)/core-2.21/bin/ansible-builder create \
 	  -f meta/execution-environment.yml -c $(PUB_OUT)/ee >/dev/null && test -s $(PUB_OUT)/ee/Containerfile
 
-# Everything above (about 4 minutes on 2 cores with the venvs cached).
-test-publish: test-publish-sanity test-publish-sanity-older test-publish-units test-publish-importer \
-	test-publish-docs test-publish-changelog test-publish-ee
+# Everything above (about 4 minutes on 2 cores with the venvs cached), one after the other even under
+# make -j (make test's phases): they share the trees under build/publish, which each one makes afresh.
+test-publish: publish-venvs
+	@$(MAKE) --no-print-directory -j1 test-publish-sanity test-publish-sanity-older test-publish-units \
+	  test-publish-importer test-publish-docs test-publish-changelog test-publish-ee
 
 TEST_TARGETS += test-publish
