@@ -1,12 +1,18 @@
 """The recovery is planned before the change (issue 23): the deploy decides and checks the rescue's
 target during its preflight (kdtree_rollback's plan entry point, the rule rollback.yml -e
 kdtree_rollback_to=previous uses), before anything is built or changed; on failure the rescue puts that
-drop-in back (or removes kdtree's), reloads systemd once and restarts, and only then does the rollback
+drop-in back (or removes kdtree's), reloads systemd once and restarts, in one host command (run here
+with a systemctl that logs its calls), and only then does the rollback
 re-read, watch and record; a rollback that finds the unit restarted with its own decision watches that
 run instead of restarting it again. Read from the task files (the order is the point)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
 from conftest import ROLES, load_yaml
 
 DEPLOY = ROLES / "kdtree_deploy" / "tasks"
@@ -50,21 +56,28 @@ def test_the_plan_reads_only_and_uses_the_rollbacks_own_rule():
     assert included == ["facts", "render_dropin"]
 
 
-def test_the_rescue_puts_back_reloads_once_and_restarts_before_the_rollback():
+def _undo_task(rescue):
+    return next(t for t in rescue if t["name"].startswith("Undo the change, reload systemd and restart"))
+
+
+def test_the_rescue_undoes_reloads_and_restarts_in_one_host_command_before_the_rollback():
     rescue = load_yaml(DEPLOY / "rescue.yml")
     changing = [t for t in rescue if set(t) & set(HOST_CHANGES) or "block" in t]
     first = [next(k for k in HOST_CHANGES if k in t) if "block" not in t else "block" for t in changing]
-    assert first[:4] == [
-        "ansible.builtin.copy",  # the planned last good drop-in back
-        "ansible.builtin.file",  # or kdtree's drop-in removed
-        "ansible.builtin.systemd_service",  # one daemon-reload
-        "ansible.builtin.systemd_service",  # the restart
+    assert first[:3] == [
+        "ansible.builtin.systemd_service",  # a read of the unit's run, never after the smoke module failed
+        "ansible.builtin.command",  # the drop-in back (or ours removed), one daemon-reload, the restart
+        "block",  # then the rollback
     ], _names(changing)
-    assert changing[2]["ansible.builtin.systemd_service"] == {"daemon_reload": True}
-    assert changing[3]["ansible.builtin.systemd_service"]["state"] == "restarted"
-    assert changing[4]["block"][0]["ansible.builtin.include_role"]["name"] == "kdtree.fleet.kdtree_rollback"
-    rollback_vars = changing[4]["block"][0]["vars"]
-    assert "__kdtree_deploy_restarted is succeeded" in rollback_vars["kdtree_rollback_restarted"]
+    read = changing[0]
+    assert set(read["ansible.builtin.systemd_service"]) == {"name"}  # reads only
+    assert "'kdtree.fleet.kdtree_smoke'" in read["when"][0] and "not in" in read["when"][0]
+    assert changing[1] is _undo_task(rescue)
+    assert changing[1]["failed_when"] is False and changing[1]["timeout"] > 120
+    assert changing[2]["block"][0]["ansible.builtin.include_role"]["name"] == "kdtree.fleet.kdtree_rollback"
+    rollback_vars = changing[2]["block"][0]["vars"]
+    assert "__kdtree_deploy_undo.rc" in rollback_vars["kdtree_rollback_restarted"]
+    assert "_kdtree_deploy_untouched" in rollback_vars["kdtree_rollback_unit_untouched"]
     # the guarantees of old: WHY/ROLLBACK always printed, the history recorded, the host failed
     names = _names(rescue)
     assert names[-2:] == [
@@ -75,6 +88,95 @@ def test_the_rescue_puts_back_reloads_once_and_restarts_before_the_rollback():
         "WHY:" in rescue[-1]["ansible.builtin.fail"]["msg"]
         and "ROLLBACK:" in rescue[-1]["ansible.builtin.fail"]["msg"]
     )
+
+
+def _run_undo(
+    tmp_path: Path, what: str, restart: str, stdin: str = "", fail: str = ""
+) -> tuple[int, list, Path]:
+    """The rescue's undo command as the host runs it, with a systemctl that logs its calls (and fails
+    the one named in `fail`). Returns (rc, calls, drop-in path)."""
+    argv = _undo_task(load_yaml(DEPLOY / "rescue.yml"))["ansible.builtin.command"]["argv"]
+    script = argv[2]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    log = tmp_path / "calls"
+    fake = bin_dir / "systemctl"
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {log}\n[ "$1" != "{fail}" ]\n')
+    fake.chmod(0o755)
+    dropin = tmp_path / "sglang.service.d" / "50-kdtree.conf"
+    dropin.parent.mkdir(exist_ok=True)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["/bin/sh", "-c", script, "kdtree-rescue", what, str(dropin), "sglang.service", restart],
+        input=stdin,
+        text=True,
+        env=env,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    calls = log.read_text().splitlines() if log.exists() else []
+    return done.returncode, calls, dropin
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the command chowns to root, as on a host")
+
+
+@needs_root
+def test_the_undo_command_puts_the_planned_drop_in_back_then_reloads_then_restarts(tmp_path):
+    rc, calls, dropin = _run_undo(tmp_path, "put", "restart", stdin="[Service]\nEnvironment=A=1\n")
+    assert rc == 0
+    assert calls == ["daemon-reload", "restart sglang.service"]
+    assert dropin.read_text() == "[Service]\nEnvironment=A=1\n"
+    assert dropin.stat().st_mode & 0o777 == 0o644
+    assert not list(dropin.parent.glob(".kdtree-rescue.*"))  # written aside, then moved in place
+
+
+def test_the_undo_command_removes_kdtree_s_drop_in_and_restarts_only_when_asked(tmp_path):
+    rc, calls, dropin = _run_undo(tmp_path, "remove", "restart")
+    assert (rc, calls, dropin.exists()) == (0, ["daemon-reload", "restart sglang.service"], False)
+    (tmp_path / "calls").unlink()
+    dropin.write_text("x")
+    rc, calls, _ = _run_undo(tmp_path, "remove", "no-restart")  # a stop that hung, or the run untouched
+    assert (rc, calls, dropin.exists()) == (0, ["daemon-reload"], False)
+
+
+@pytest.mark.parametrize(
+    ("fail", "rc", "calls"),
+    [
+        ("daemon-reload", 11, ["daemon-reload"]),
+        ("restart", 12, ["daemon-reload", "restart sglang.service"]),
+    ],
+)
+def test_a_failed_reload_never_restarts_and_each_failure_has_its_exit_code(tmp_path, fail, rc, calls):
+    assert _run_undo(tmp_path, "remove", "restart", fail=fail)[:2] == (rc, calls)
+
+
+def test_a_drop_in_that_cannot_be_put_back_still_reloads_but_never_restarts(tmp_path):
+    argv = _undo_task(load_yaml(DEPLOY / "rescue.yml"))["ansible.builtin.command"]["argv"]
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    (tmp_path / "systemctl").write_text(f'#!/bin/sh\necho "$*" >> {tmp_path / "calls"}\n')
+    (tmp_path / "systemctl").chmod(0o755)
+    done = subprocess.run(
+        [
+            "/bin/sh",
+            "-c",
+            argv[2],
+            "kdtree-rescue",
+            "put",
+            str(tmp_path / "gone" / "50-kdtree.conf"),
+            "sglang.service",
+            "restart",
+        ],
+        input="x",
+        text=True,
+        env=env,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 10 and "could not put back" in done.stderr
+    assert (tmp_path / "calls").read_text().splitlines() == ["daemon-reload"]
 
 
 def test_a_rollback_watches_the_run_the_rescue_started_instead_of_restarting_again():
