@@ -91,10 +91,11 @@ def test_the_rescue_undoes_reloads_and_restarts_in_one_host_command_before_the_r
 
 
 def _run_undo(
-    tmp_path: Path, what: str, restart: str, stdin: str = "", fail: str = ""
-) -> tuple[int, list, Path]:
+    tmp_path: Path, what: str, restart: str, stdin: str = "", fail: str = "", dropin: Path | None = None
+) -> tuple[int, list, Path, str]:
     """The rescue's undo command as the host runs it, with a systemctl that logs its calls (and fails
-    the one named in `fail`). Returns (rc, calls, drop-in path)."""
+    the one named in `fail`), on `dropin` (default: one in a drop-in directory that exists). Returns
+    (rc, calls, drop-in path, stderr)."""
     argv = _undo_task(load_yaml(DEPLOY / "rescue.yml"))["ansible.builtin.command"]["argv"]
     script = argv[2]
     bin_dir = tmp_path / "bin"
@@ -103,8 +104,9 @@ def _run_undo(
     fake = bin_dir / "systemctl"
     fake.write_text(f'#!/bin/sh\necho "$*" >> {log}\n[ "$1" != "{fail}" ]\n')
     fake.chmod(0o755)
-    dropin = tmp_path / "sglang.service.d" / "50-kdtree.conf"
-    dropin.parent.mkdir(exist_ok=True)
+    if dropin is None:
+        dropin = tmp_path / "sglang.service.d" / "50-kdtree.conf"
+        dropin.parent.mkdir(exist_ok=True)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     done = subprocess.run(
         ["/bin/sh", "-c", script, "kdtree-rescue", what, str(dropin), "sglang.service", restart],
@@ -116,7 +118,7 @@ def _run_undo(
         check=False,
     )
     calls = log.read_text().splitlines() if log.exists() else []
-    return done.returncode, calls, dropin
+    return done.returncode, calls, dropin, done.stderr
 
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the command chowns to root, as on a host")
@@ -124,7 +126,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the command chowns to
 
 @needs_root
 def test_the_undo_command_puts_the_planned_drop_in_back_then_reloads_then_restarts(tmp_path):
-    rc, calls, dropin = _run_undo(tmp_path, "put", "restart", stdin="[Service]\nEnvironment=A=1\n")
+    rc, calls, dropin, _ = _run_undo(tmp_path, "put", "restart", stdin="[Service]\nEnvironment=A=1\n")
     assert rc == 0
     assert calls == ["daemon-reload", "restart sglang.service"]
     assert dropin.read_text() == "[Service]\nEnvironment=A=1\n"
@@ -133,11 +135,11 @@ def test_the_undo_command_puts_the_planned_drop_in_back_then_reloads_then_restar
 
 
 def test_the_undo_command_removes_kdtree_s_drop_in_and_restarts_only_when_asked(tmp_path):
-    rc, calls, dropin = _run_undo(tmp_path, "remove", "restart")
+    rc, calls, dropin, _ = _run_undo(tmp_path, "remove", "restart")
     assert (rc, calls, dropin.exists()) == (0, ["daemon-reload", "restart sglang.service"], False)
     (tmp_path / "calls").unlink()
     dropin.write_text("x")
-    rc, calls, _ = _run_undo(tmp_path, "remove", "no-restart")  # a stop that hung, or the run untouched
+    rc, calls, _, _ = _run_undo(tmp_path, "remove", "no-restart")  # a stop that hung, or the run untouched
     assert (rc, calls, dropin.exists()) == (0, ["daemon-reload"], False)
 
 
@@ -153,30 +155,10 @@ def test_a_failed_reload_never_restarts_and_each_failure_has_its_exit_code(tmp_p
 
 
 def test_a_drop_in_that_cannot_be_put_back_still_reloads_but_never_restarts(tmp_path):
-    argv = _undo_task(load_yaml(DEPLOY / "rescue.yml"))["ansible.builtin.command"]["argv"]
-    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
-    (tmp_path / "systemctl").write_text(f'#!/bin/sh\necho "$*" >> {tmp_path / "calls"}\n')
-    (tmp_path / "systemctl").chmod(0o755)
-    done = subprocess.run(
-        [
-            "/bin/sh",
-            "-c",
-            argv[2],
-            "kdtree-rescue",
-            "put",
-            str(tmp_path / "gone" / "50-kdtree.conf"),
-            "sglang.service",
-            "restart",
-        ],
-        input="x",
-        text=True,
-        env=env,
-        capture_output=True,
-        timeout=30,
-        check=False,
-    )
-    assert done.returncode == 10 and "could not put back" in done.stderr
-    assert (tmp_path / "calls").read_text().splitlines() == ["daemon-reload"]
+    gone = tmp_path / "gone" / "50-kdtree.conf"
+    rc, calls, _, stderr = _run_undo(tmp_path, "put", "restart", stdin="x", dropin=gone)
+    assert rc == 10 and "could not put back" in stderr
+    assert calls == ["daemon-reload"]
 
 
 def test_a_rollback_watches_the_run_the_rescue_started_instead_of_restarting_again():
