@@ -54,7 +54,8 @@ def _headers() -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-def _norm(url: str) -> str:
+def norm(url: str) -> str:
+    """A worker URL as the router lists it and the checks compare it."""
     return url.strip().rstrip("/").lower()
 
 
@@ -69,7 +70,7 @@ def listed(router_url: str, timeout_s: float = 5) -> dict[str, bool]:
     req = urllib.request.Request(router_url + "/workers", headers=_headers())
     with urllib.request.urlopen(req, timeout=timeout_s) as resp:
         data = json.loads(resp.read())
-    return {_norm(w["url"]): bool(w.get("is_healthy")) for w in data["workers"]}
+    return {norm(w["url"]): bool(w.get("is_healthy")) for w in data["workers"]}
 
 
 def router_start(state: Path, workers: list[str], disable_retries: bool) -> dict:
@@ -88,7 +89,7 @@ def router_start(state: Path, workers: list[str], disable_retries: bool) -> dict
     while True:
         try:
             seen = listed(info["url"], 2)
-            if all(seen.get(_norm(w)) for w in workers):
+            if all(seen.get(norm(w)) for w in workers):
                 break
         except (OSError, ValueError, KeyError):
             pass
@@ -205,7 +206,7 @@ def out_windows(summary: dict, worker: str) -> list[tuple[float, float]]:
     """When the router did not list `worker`, as [first sample without it, last sample without it]
     (it may have left up to one sample earlier and come back up to one sample later). A window still
     open at the end closes at the traffic's end."""
-    want = _norm(worker)
+    want = norm(worker)
     windows: list[tuple[float, float]] = []
     gone_at: float | None = None
     for change in summary["changes"]:
