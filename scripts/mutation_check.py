@@ -43,7 +43,9 @@ HTTP_TESTS = "tests/unit/plugins/module_utils/test_http_client.py"
 LOCK = "plugins/module_utils/_lock.py"
 LOCK_TESTS = "tests/unit/plugins/module_utils/test_lock.py"
 HISTORY = "plugins/module_utils/_history.py"
-HISTORY_TESTS = "tests/roles/test_history.py"
+HISTORY_TESTS = "tests/unit/plugins/module_utils/test_history.py"
+# the restore of a last good deploy against the service role's drop-in rule (role-rendered entries)
+HISTORY_RESTORE_TESTS = "tests/roles/test_history.py"
 PREFLIGHT = "plugins/module_utils/_preflight.py"
 PREFLIGHT_TESTS = "tests/roles/test_preflight.py"
 PATH_SAFETY = "plugins/module_utils/_path_safety.py"
@@ -275,7 +277,7 @@ MUTANTS = (
         r'why = _under\(lib, build_root, f"builds/\{build_id\}/\{LIBRARY\}"\)'
         r' if isinstance\(lib, str\) else "no library"',
         'why = ""',
-        (HISTORY_TESTS, "-k", "tampered"),
+        (HISTORY_RESTORE_TESTS, "-k", "tampered"),
         "a previous rollback accepts a recorded library outside the build root",
     ),
     Mutant(
@@ -284,7 +286,7 @@ MUTANTS = (
         "owned_key",
         r'return key not in RUNS_CODE and not key\.startswith\("LD_"\)',
         "return True",
-        (HISTORY_TESTS, "-k", "tampered or refusal"),
+        (HISTORY_RESTORE_TESTS, "-k", "tampered or refusal"),
         "a previous rollback re-renders environment variables kdtree does not own (LD_PRELOAD)",
     ),
     Mutant(

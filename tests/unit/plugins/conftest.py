@@ -1,17 +1,13 @@
-"""Fixtures of the module_utils unit tests: the smoke check's host reader and the patch's marker module,
+"""Fixtures of the plugins' unit tests: the smoke check's host reader and the patch's marker module,
 loaded the way the kdtree_smoke module loads them (from the collection's files/sglang_ext)."""
 
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-# The patch as the collection ships it: <collection root>/files/sglang_ext (the repository root, or the
-# tree ansible-test units stages).
-PATCH_DIR = Path(__file__).resolve().parents[4] / "files" / "sglang_ext"
+from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR
 
 
 @pytest.fixture(scope="module")
