@@ -1,4 +1,4 @@
-"""The unit reader agrees with a real systemd on every case of tests/roles/data/unit_corpus.
+"""The unit reader agrees with a real systemd on every case of data/unit_corpus (beside this file).
 
 Each case's expected.json is `systemctl show` of its unit.service as systemd 252 (the test hosts'
 image) read it, recorded by scripts/testhosts/record_unit_corpus.py; no container runs here.
