@@ -371,7 +371,7 @@ MUTANTS = (
         "judge_scheduler",
         r"if after\.nonfinite:",
         "if False:",
-        ("tests/roles/test_smoke_traffic.py", "-k", "non_finite"),
+        ("tests/unit/plugins/module_utils/test_smoke_traffic.py", "-k", "non_finite"),
         "the traffic check passes a scheduler whose validate statistics hold NaN/inf",
     ),
     Mutant(

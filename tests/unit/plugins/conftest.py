@@ -20,3 +20,9 @@ def hu() -> ModuleType:
 def marker(hu: ModuleType) -> ModuleType:
     """The collection's kdtree_verify/telemetry/marker.py, loaded the way the module loads a host's copy."""
     return hu.load_marker(str(PATCH_DIR))
+
+
+@pytest.fixture(scope="session")
+def smoke_module() -> ModuleType:
+    """The kdtree_smoke module (runs on hosts), imported by its collection path as Ansible loads it."""
+    return importlib.import_module("ansible_collections.kdtree.fleet.plugins.modules.kdtree_smoke")

@@ -3,7 +3,7 @@
 judge_scheduler() is pure and gets every case of issue 11; send_requests() talks to a local
 http.server (2xx, 500, a timeout, the API key header); run_traffic() and the module's execute() read a
 temporary status directory that a writer thread keeps rewriting the way the patch's publisher does,
-through the repository's kdtree_verify/telemetry/statusdir.py loaded by path as on a host.
+through the collection's kdtree_verify/telemetry/statusdir.py loaded by path as on a host.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_check as sc
-from conftest import PATCH_DIR
-from test_smoke_module import Host, params
+from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR
+from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.smoke_fakes import Host, params
 
 SECRET = "sk-test-8c1f0e2d-do-not-print"
 
