@@ -45,13 +45,13 @@ def test_action_prints_one_line_per_chunk_and_hands_the_run_back(action, monkeyp
     chunks = [chunk("pending", 1, changed=True), chunk("pending", 2), chunk("ok", 3)]
     result, calls, lines = run_action(action, chunks, monkeypatch)
     assert lines == ["  [gpu1] sglang: waiting p1", "  [gpu1] sglang: waiting p2"]
-    assert [name for name, _ in calls] == ["kdtree.fleet.kdtree_smoke"] * 3
+    assert [name for name, _args in calls] == ["kdtree.fleet.kdtree_smoke"] * 3
     assert calls[0][1]["restart"] is True
     assert RUN_OPTION not in calls[0][1]
-    for _, args in calls[1:]:
+    for _name, args in calls[1:]:
         assert args["restart"] is False
         assert args[RUN_OPTION]["invocation_id"] == INVOCATION
-    assert all("fail_on_error" not in args for _, args in calls)
+    assert all("fail_on_error" not in args for _name, args in calls)
     assert result["state"] == "ok"
     assert result["changed"] is True
     assert not result.get("failed")
@@ -61,14 +61,16 @@ def test_action_prints_one_line_per_chunk_and_hands_the_run_back(action, monkeyp
 def test_action_fails_an_unhealthy_run_unless_fail_on_error_is_false(
     action, monkeypatch, fail_on_error, failed
 ):
-    result, _, _ = run_action(action, [chunk("failed", 1)], monkeypatch, fail_on_error=fail_on_error)
+    result, _calls, _lines = run_action(
+        action, [chunk("failed", 1)], monkeypatch, fail_on_error=fail_on_error
+    )
     assert result["state"] == "failed"
     assert bool(result.get("failed")) is failed
 
 
 def test_action_passes_a_module_failure_through_whatever_fail_on_error_says(action, monkeypatch):
     broken = {"failed": True, "msg": "marker.py does not exist", "state": "failed"}
-    result, calls, _ = run_action(action, [broken], monkeypatch, fail_on_error=False)
+    result, calls, _lines = run_action(action, [broken], monkeypatch, fail_on_error=False)
     assert result["failed"] is True
     assert len(calls) == 1
 
@@ -84,7 +86,9 @@ def test_action_leaves_the_internal_option_out_of_the_invocation_it_returns(acti
         args = {"unit": "sglang", RUN_OPTION: {"journal": {"cursor": "s=1"}}}
         return {**chunk(state, n), "invocation": {"module_args": args}}
 
-    result, _, _ = run_action(action, [with_invocation("pending", 1), with_invocation("ok", 2)], monkeypatch)
+    result, _calls, _lines = run_action(
+        action, [with_invocation("pending", 1), with_invocation("ok", 2)], monkeypatch
+    )
     assert result["invocation"]["module_args"] == {"unit": "sglang"}
     assert result["run"]["invocation_id"] == INVOCATION
 

@@ -25,7 +25,7 @@ from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.smoke_fake
 
 def own_cgroup() -> str:
     for line in Path("/proc/self/cgroup").read_text().splitlines():
-        hierarchy, _, path = line.partition(":")[2].partition(":")
+        hierarchy, _sep, path = line.partition(":")[2].partition(":")
         if hierarchy in ("", "name=systemd"):
             return path
     pytest.skip("no systemd or unified cgroup line")
@@ -142,9 +142,11 @@ def scheduler_process() -> Iterator[tuple[int, str]]:
         if Path(f"/proc/{proc.pid}/cmdline").read_bytes().startswith(title.encode()):
             break
         time.sleep(0.01)
-    yield proc.pid, title
-    proc.kill()
-    proc.wait()
+    try:
+        yield proc.pid, title
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 @contextlib.contextmanager
@@ -162,5 +164,7 @@ def health_server() -> Iterator[str]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()

@@ -41,10 +41,11 @@ def stream(*records: dict[str, Any]) -> bytes:
 
 
 def feed(
-    *records: dict[str, Any], marker: Any = None, benign: Any = BENIGN, state: Any = None
+    *records: dict[str, Any], marker: Any = None, benign: Any = None, state: Any = None
 ) -> tuple[Any, int]:
-    """The records fed to `state` (a new JournalState by default) for INVOCATION of sglang:
-    (state, the number of new lines)."""
+    """The records fed to `state` (a new JournalState by default) for INVOCATION of sglang, with the
+    benign patterns `benign` (None: BENIGN, the module's defaults): (state, the number of new lines)."""
     state = state or journal.JournalState()
+    benign = BENIGN if benign is None else benign
     new = state.feed(journal.parse_records(stream(*records)), INVOCATION, "sglang", T0_US, marker, benign)
     return state, new

@@ -49,7 +49,7 @@ class Host:
         markers = []
         if marker is not None:
             journal = [marker.format_line({"pid": 101, "state": self.marker_state})]
-            markers, _ = hu.parse_journal(journal, marker)
+            markers, _fallbacks = hu.parse_journal(journal, marker)
         return hu.Snapshot(
             read_at=self.now,
             invocation_id=query.invocation_id or self.invocation,

@@ -72,14 +72,14 @@ def test_raw_bytes_that_are_not_json_never_raise():
 
 
 def test_a_benign_traceback_from_the_allow_list_is_not_fatal():
-    state, _ = feed(*(entry(line, n) for n, line in enumerate(RESPONSES_TRACEBACK)))
+    state, _new = feed(*(entry(line, n) for n, line in enumerate(RESPONSES_TRACEBACK)))
     assert state.fatal == []
     assert state.benign == ["Traceback (most recent call last):"]
 
 
 def test_the_same_traceback_without_its_pattern_in_the_list_is_fatal():
     benign = journal.compile_benign(["post-warmup freeze_gc failed"])
-    state, _ = feed(*(entry(line, n) for n, line in enumerate(RESPONSES_TRACEBACK)), benign=benign)
+    state, _new = feed(*(entry(line, n) for n, line in enumerate(RESPONSES_TRACEBACK)), benign=benign)
     assert state.fatal == RESPONSES_TRACEBACK  # two lines before the header, then the rest
     assert state.benign == []
 
@@ -90,7 +90,7 @@ def test_a_benign_pattern_does_not_hide_a_later_real_traceback():
         "[2026-11-30 10:00:09 TP0] Scheduler hit an exception: Traceback (most recent call last):",
     ]
     lines += ['  File "scheduler.py", line 84', "RuntimeError: boom"]
-    state, _ = feed(*(entry(line, n) for n, line in enumerate(lines)))
+    state, _new = feed(*(entry(line, n) for n, line in enumerate(lines)))
     assert state.fatal[2:] == lines[-3:]
 
 
@@ -99,7 +99,7 @@ def test_the_words_in_a_logged_request_are_not_a_traceback():
         "[2026-11-30 10:00:05] Receive: obj=GenerateReqInput(text='why does Python print "
         "Traceback (most recent call last):\\n  File ...?', sampling_params={'max_new_tokens': 8})"
     )
-    state, _ = feed(entry(line, 0))
+    state, _new = feed(entry(line, 0))
     assert state.fatal == []
 
 
@@ -126,7 +126,7 @@ def test_a_traceback_of_another_process_does_not_count():
     ],
 )
 def test_each_fatal_line_of_the_run_is_fatal(line):
-    state, _ = feed(entry("before", 0), entry(line, 1), entry("after", 2))
+    state, _new = feed(entry("before", 0), entry(line, 1), entry("after", 2))
     assert state.fatal == ["before", line, "after"]
 
 
@@ -156,7 +156,7 @@ def test_journald_suppression_of_the_run_is_counted():
 
 
 def test_suppression_of_another_unit_or_an_earlier_run_is_not_counted():
-    state, _ = feed(
+    state, _new = feed(
         dropped(1, "Suppressed 50 messages from other.service"),
         dropped(2, "Suppressed 60 messages from sglang.service", OBJECT_SYSTEMD_INVOCATION_ID=OTHER_RUN),
         dropped(
@@ -167,7 +167,7 @@ def test_suppression_of_another_unit_or_an_earlier_run_is_not_counted():
 
 
 def test_an_old_journald_naming_the_cgroup_is_counted():
-    state, _ = feed(dropped(1, "Suppressed 70 messages from /system.slice/sglang.service"))
+    state, _new = feed(dropped(1, "Suppressed 70 messages from /system.slice/sglang.service"))
     assert state.suppressed == 70
 
 
@@ -188,7 +188,7 @@ def test_the_command_reads_the_run_and_journald_s_records_from_the_cursor():
 
 
 def test_the_state_carries_over_as_plain_data(marker):
-    state, _ = feed(
+    state, _new = feed(
         entry(marker.format_line({"pid": 101, "state": "active"}), 0), entry("x", 1), marker=marker
     )
     again = journal.JournalState.from_dict(json.loads(json.dumps(state.to_dict())))
@@ -202,7 +202,7 @@ def test_the_state_carries_over_as_plain_data(marker):
 
 def test_a_traceback_excerpt_stops_at_its_limit():
     lines = ["Traceback (most recent call last):"] + [f"line {n}" for n in range(200)]
-    state, _ = feed(*(entry(line, n) for n, line in enumerate(lines)))
+    state, _new = feed(*(entry(line, n) for n, line in enumerate(lines)))
     assert len(state.fatal) == journal.TRACEBACK_LINES
     assert state.fatal_done
     assert len(state.tail) == journal.TAIL_LINES

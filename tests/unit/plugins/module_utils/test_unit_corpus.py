@@ -70,7 +70,7 @@ def test_the_command_line_is_what_systemd_says(case, monkeypatch):
         with pytest.raises(unit_env.UnitSyntaxError):
             preflight.exec_start(settings, expected["unit"])
         return
-    argv, _ = preflight.exec_start(settings, expected["unit"])
+    argv, _where = preflight.exec_start(settings, expected["unit"])
     show = expected["show"]["ExecStart"]
     # systemd 252 prints argv[] joined by spaces, unquoted, before its $ expansion (done at exec)
     theirs = show.split(" ; argv[]=", 1)[1].split(" ; ignore_errors=", 1)[0] if show else ""

@@ -10,12 +10,13 @@ MANAGED = ["PYTHONPATH", "KDTREE_VERIFY", "KDTREE_LIB", "NCCL_ALGO"]
 
 
 def run_unit_checks(
-    unit: preflight.Unit, cc: str = "12.0", skip: list[str] | None = None, managed: list[str] = MANAGED
+    unit: preflight.Unit, cc: str = "12.0", skip: list[str] | None = None, managed: list[str] | None = None
 ) -> list[preflight.Check]:
-    """preflight.run_checks on `unit` as these tests run it: no probe, the sglang check skipped."""
+    """preflight.run_checks on `unit` as these tests run it: no probe, the sglang check skipped; the
+    variables kdtree manages are `managed` (None: MANAGED)."""
     return preflight.run_checks(
         unit,
-        managed_vars=managed,
+        managed_vars=MANAGED if managed is None else managed,
         exec_start_override=[],
         compute_capability=cc,
         served_backend="triton",
