@@ -19,7 +19,8 @@ lint-ansible: venv
 collection: venv
 	$(VBIN)/ansible-galaxy collection build --force --output-path build .
 
-# Role interfaces, the drop-in template, the smoke module's decisions (no containers).
+# The roles and the tools around them: role interfaces, the drop-in template, modules and roles run
+# through ansible/ansible-playbook on localhost (no containers). The plugins' own logic: tests/unit.
 test-roles-fast: venv
 	$(VBIN)/pytest -q tests/roles
 

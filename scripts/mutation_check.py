@@ -43,9 +43,11 @@ HTTP_TESTS = "tests/unit/plugins/module_utils/test_http_client.py"
 LOCK = "plugins/module_utils/_lock.py"
 LOCK_TESTS = "tests/unit/plugins/module_utils/test_lock.py"
 HISTORY = "plugins/module_utils/_history.py"
-HISTORY_TESTS = "tests/roles/test_history.py"
+HISTORY_TESTS = "tests/unit/plugins/module_utils/test_history.py"
+# the restore of a last good deploy against the service role's drop-in rule (role-rendered entries)
+HISTORY_RESTORE_TESTS = "tests/roles/test_history.py"
 PREFLIGHT = "plugins/module_utils/_preflight.py"
-PREFLIGHT_TESTS = "tests/roles/test_preflight.py"
+PREFLIGHT_TESTS = "tests/unit/plugins/module_utils/test_preflight.py"
 PATH_SAFETY = "plugins/module_utils/_path_safety.py"
 UNIT_ENV = "plugins/module_utils/_unit_env.py"
 ROUTER = "plugins/module_utils/_router.py"
@@ -275,7 +277,7 @@ MUTANTS = (
         r'why = _under\(lib, build_root, f"builds/\{build_id\}/\{LIBRARY\}"\)'
         r' if isinstance\(lib, str\) else "no library"',
         'why = ""',
-        (HISTORY_TESTS, "-k", "tampered"),
+        (HISTORY_RESTORE_TESTS, "-k", "tampered"),
         "a previous rollback accepts a recorded library outside the build root",
     ),
     Mutant(
@@ -284,7 +286,7 @@ MUTANTS = (
         "owned_key",
         r'return key not in RUNS_CODE and not key\.startswith\("LD_"\)',
         "return True",
-        (HISTORY_TESTS, "-k", "tampered or refusal"),
+        (HISTORY_RESTORE_TESTS, "-k", "tampered or refusal"),
         "a previous rollback re-renders environment variables kdtree does not own (LD_PRELOAD)",
     ),
     Mutant(
@@ -338,7 +340,7 @@ MUTANTS = (
         "service_settings",
         r'if line\.startswith\(\("#", ";"\)\):',
         'if not pending and line.startswith(("#", ";")):',
-        ("tests/roles/test_unit_corpus.py", "-k", "comment_in_continuation"),
+        ("tests/unit/plugins/module_utils/test_unit_corpus.py", "-k", "comment_in_continuation"),
         "a comment line inside a continued ExecStart= becomes part of the command line",
     ),
     Mutant(
@@ -348,7 +350,7 @@ MUTANTS = (
         r'out\.extend\(env\.get\(word\[1:\], ""\)\.split\(\)\)',
         'out.append(env.get(word[1:], ""))',
         (
-            "tests/roles/test_unit_env.py::test_exec_dollar_expansion_splits_a_lone_variable_and_keeps_braces_whole",
+            "tests/unit/plugins/module_utils/test_unit_env.py::test_exec_dollar_expansion_splits_a_lone_variable_and_keeps_braces_whole",
             f"{PREFLIGHT_TESTS}::test_a_dollar_word_becomes_the_value_s_words_and_braces_keep_one_word",
         ),
         "a lone $VAR in ExecStart= stays one word instead of the value's words",
@@ -369,7 +371,7 @@ MUTANTS = (
         "judge_scheduler",
         r"if after\.nonfinite:",
         "if False:",
-        ("tests/roles/test_smoke_traffic.py", "-k", "non_finite"),
+        ("tests/unit/plugins/module_utils/test_smoke_traffic.py", "-k", "non_finite"),
         "the traffic check passes a scheduler whose validate statistics hold NaN/inf",
     ),
     Mutant(

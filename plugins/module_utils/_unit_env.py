@@ -7,7 +7,7 @@ service see without my drop-in" - which `systemctl show -p Environment` cannot a
 drop-in is installed.
 
 The reading follows systemd.syntax(7) and systemd.exec(5) (systemd 252, the corpus in
-tests/roles/data/unit_corpus records what a real systemd made of each case):
+tests/unit/plugins/module_utils/data/unit_corpus records what a real systemd made of each case):
 - a line ending in an unescaped backslash continues on the next line (the backslash becomes a space);
   comment lines inside a continued setting are skipped; `\\\\` at the end is an escaped backslash;
 - values are split into words with "..." / '...' quotes and C escapes; a setting whose quoting is

@@ -1,9 +1,10 @@
-"""Record what a real systemd makes of every unit in tests/roles/data/unit_corpus (issue 19).
+"""Record what a real systemd makes of every unit in
+tests/unit/plugins/module_utils/data/unit_corpus (issue 19).
 
 For each case directory: install its unit.service as kdtree-corpus.service in a test-host container
 (systemd as PID 1), daemon-reload, and write `systemctl show` of the properties the preflight reads to
-<case>/expected.json. tests/roles/test_unit_corpus.py checks the project's reader against each
-recording without a container.
+<case>/expected.json. tests/unit/plugins/module_utils/test_unit_corpus.py checks the project's reader
+against each recording without a container.
 
 Usage: record_unit_corpus.py [--container NAME]   (default: start kdtree-units-rec from
 $KDTREE_TESTHOST_IMAGE or localhost/kdtree-testhost:bookworm, and remove it afterwards)
@@ -19,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-CORPUS = Path(__file__).resolve().parents[2] / "tests/roles/data/unit_corpus"
+CORPUS = Path(__file__).resolve().parents[2] / "tests/unit/plugins/module_utils/data/unit_corpus"
 UNIT = "kdtree-corpus.service"
 PROPS = (
     "ExecStart",

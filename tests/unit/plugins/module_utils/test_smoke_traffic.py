@@ -3,7 +3,7 @@
 judge_scheduler() is pure and gets every case of issue 11; send_requests() talks to a local
 http.server (2xx, 500, a timeout, the API key header); run_traffic() and the module's execute() read a
 temporary status directory that a writer thread keeps rewriting the way the patch's publisher does,
-through the repository's kdtree_verify/telemetry/statusdir.py loaded by path as on a host.
+through the collection's kdtree_verify/telemetry/statusdir.py loaded by path as on a host.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_check as sc
-from conftest import PATCH_DIR
-from test_smoke_module import Host, params
+from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR
+from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.smoke_fakes import Host, params
 
 SECRET = "sk-test-8c1f0e2d-do-not-print"
 
@@ -158,7 +158,7 @@ def test_the_summary_line_counts_the_kernel_calls_over_the_schedulers(tr):
     assert ok and line == "traffic: 4 requests, kernel calls +40 in 2/2 schedulers"
     assert [v["pid"] for v in verdicts] == [101, 102]
     after[102] = counts(tr, pid=102)
-    ok, line, _ = tr.judge_traffic(4, before, after)
+    ok, line, _verdicts = tr.judge_traffic(4, before, after)
     assert not ok and "kernel calls +25 in 1/2 schedulers; 1 failed" in line and "pid 102" in line
 
 
@@ -190,7 +190,7 @@ def test_mode_on_prefers_the_device_count_when_both_documents_have_it(tr):
     # only one of the two documents has it (the patch was upgraded in between): the Python count
     got = tr.judge_scheduler(counts(tr, kernel=3), counts(tr, kernel=8, device=50))
     assert got["kernel_calls"] == 5 and got["kernel_calls_source"] == "python"
-    ok, line, _ = tr.judge_traffic(
+    ok, line, _verdicts = tr.judge_traffic(
         4, {1: counts(tr, pid=1, kernel=3, device=10)}, {1: counts(tr, pid=1, kernel=3, device=50)}
     )
     assert ok and line == "traffic: 4 requests, kernel calls +40 in 1/1 schedulers"
@@ -351,7 +351,7 @@ def test_requests_go_to_the_route_on_the_health_url_s_host_with_the_wanted_body(
 def test_with_streaming_off_the_request_says_so_and_the_json_answer_counts(tr):
     with Server() as server:
         req = tr.Requests(count=1, health_url=server.health_url, max_new_tokens=5, stream=False)
-        answers, _ = tr.send_requests(req)
+        answers, _last_answer_at = tr.send_requests(req)
     assert server.seen[0]["body"]["stream"] is False
     assert answers[0]["completion_tokens"] == 5
 

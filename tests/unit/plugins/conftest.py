@@ -1,17 +1,13 @@
-"""Fixtures of the module_utils unit tests: the smoke check's host reader and the patch's marker module,
+"""Fixtures of the plugins' unit tests: the smoke check's host reader and the patch's marker module,
 loaded the way the kdtree_smoke module loads them (from the collection's files/sglang_ext)."""
 
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-# The patch as the collection ships it: <collection root>/files/sglang_ext (the repository root, or the
-# tree ansible-test units stages).
-PATCH_DIR = Path(__file__).resolve().parents[4] / "files" / "sglang_ext"
+from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR
 
 
 @pytest.fixture(scope="module")
@@ -24,3 +20,9 @@ def hu() -> ModuleType:
 def marker(hu: ModuleType) -> ModuleType:
     """The collection's kdtree_verify/telemetry/marker.py, loaded the way the module loads a host's copy."""
     return hu.load_marker(str(PATCH_DIR))
+
+
+@pytest.fixture(scope="session")
+def smoke_module() -> ModuleType:
+    """The kdtree_smoke module (runs on hosts), imported by its collection path as Ansible loads it."""
+    return importlib.import_module("ansible_collections.kdtree.fleet.plugins.modules.kdtree_smoke")

@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils import _preflight as preflight
 from ansible_collections.kdtree.fleet.plugins.module_utils._unit_env import service_settings
-
-PATCH_DIR = Path(__file__).resolve().parents[2] / "files/sglang_ext"
+from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR
+from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.unit_checks import (
+    MANAGED,
+    run_unit_checks,
+)
 
 OURS = "50-kdtree.conf"
-MANAGED = ["PYTHONPATH", "KDTREE_VERIFY", "KDTREE_LIB", "NCCL_ALGO"]
 STOCK = """[Unit]
 Description=SGLang
 
@@ -41,23 +43,6 @@ def make_unit(
         if Path(path).name != OURS or path == str(unit_file):
             unit.settings.extend(service_settings(Path(path).read_text(encoding="utf-8"), path))
     return unit
-
-
-def run_unit_checks(
-    unit: preflight.Unit, cc: str = "12.0", skip: list[str] | None = None, managed: list[str] = MANAGED
-) -> list[preflight.Check]:
-    """preflight.run_checks on `unit` as these tests run it: no probe, the sglang check skipped."""
-    return preflight.run_checks(
-        unit,
-        managed_vars=managed,
-        exec_start_override=[],
-        compute_capability=cc,
-        served_backend="triton",
-        supported_versions=("0.5.23",),
-        probe_env=None,
-        skip=["sglang", *(skip or [])],
-        timeout_s=5,
-    )
 
 
 def checks(

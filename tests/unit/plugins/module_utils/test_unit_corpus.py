@@ -1,4 +1,4 @@
-"""The unit reader agrees with a real systemd on every case of tests/roles/data/unit_corpus.
+"""The unit reader agrees with a real systemd on every case of data/unit_corpus (beside this file).
 
 Each case's expected.json is `systemctl show` of its unit.service as systemd 252 (the test hosts'
 image) read it, recorded by scripts/testhosts/record_unit_corpus.py; no container runs here.
@@ -70,7 +70,7 @@ def test_the_command_line_is_what_systemd_says(case, monkeypatch):
         with pytest.raises(unit_env.UnitSyntaxError):
             preflight.exec_start(settings, expected["unit"])
         return
-    argv, _ = preflight.exec_start(settings, expected["unit"])
+    argv, _where = preflight.exec_start(settings, expected["unit"])
     show = expected["show"]["ExecStart"]
     # systemd 252 prints argv[] joined by spaces, unquoted, before its $ expansion (done at exec)
     theirs = show.split(" ; argv[]=", 1)[1].split(" ; ignore_errors=", 1)[0] if show else ""
