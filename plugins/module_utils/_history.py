@@ -78,6 +78,8 @@ PATH_PART = re.compile(r"^[A-Za-z0-9_.+-]+$")
 LIBRARY = "libkdtree_verify.so"
 # The entry key of a deploy's decode figures (module_utils/_decode.RECORD_KEYS).
 DECODE = "decode"
+# Why the decode figures a failed deploy's rescue passed were not recorded (finish).
+DECODE_REFUSED = "decode_refused"
 
 
 class HistoryError(Exception):
@@ -277,14 +279,19 @@ def finish(
     **extra: Any,
 ) -> dict[str, Any]:
     """End the entry `entry_id` with `result` (one of RESULTS) and `why`, and its decode figures
-    when given (decode.checked: HistoryError for an odd record, before anything is written)."""
+    when given (decode.checked). An odd record is refused: for a healthy deploy with HistoryError,
+    before anything is written; for a deploy that failed (its rescue records what its smoke traffic
+    measured before the rollback) the entry still ends, without the figures and with why they were
+    refused under DECODE_REFUSED, so that a failure is never left unrecorded."""
     if result not in RESULTS:
         raise HistoryError(f"result must be one of {', '.join(RESULTS)}, not {result!r}")
     if decode_figures is not None:
         try:
             extra[DECODE] = decode.checked(decode_figures)
         except ValueError as exc:
-            raise HistoryError(f"refusing the decode figures of deploy {entry_id}: {exc}") from exc
+            if result == "healthy":
+                raise HistoryError(f"refusing the decode figures of deploy {entry_id}: {exc}") from exc
+            extra[DECODE_REFUSED] = str(exc)
     for entry in entries:
         if entry.get("id") == entry_id:
             entry.update(result=result, why=why, ended=now(), **extra)

@@ -70,7 +70,9 @@ options:
         C(decode) of M(kdtree.fleet.kdtree_smoke)'s C(traffic) result; module_utils/_decode.py
         defines the figures), recorded under the entry's C(decode).
       - A figure that is not a finite number of at least 0 (or null) is refused before anything is
-        written. Omitted, the entry records no figures, like entries written before they existed.
+        written. With O(result=rolled_back) (the deploy's rescue passes what the failed deploy's smoke
+        traffic measured) the entry still ends, without the figures and with why under C(decode_refused).
+        Omitted, the entry records no figures, like entries written before they existed.
     type: dict
   keep:
     description: Entries kept in the file (the last good one is always kept).

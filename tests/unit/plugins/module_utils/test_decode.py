@@ -343,3 +343,20 @@ def test_odd_figures_are_refused_before_the_history_is_written(tmp_path):
     with pytest.raises(history.HistoryError, match=r"decode figure tokens_per_s -3\.0"):
         kdtree_history.run(finish, False)
     assert path.read_bytes() == before
+
+
+def test_a_rolled_back_deploy_keeps_its_figures_and_an_odd_record_never_leaves_it_unfinished(tmp_path):
+    path = tmp_path / "state.json"
+    failed = deploy(path, "A", record(tokens_per_s=3.0), result="rolled_back")
+    assert failed["result"] == "rolled_back"
+    assert failed["decode"]["tokens_per_s"] == 3.0
+    entry = kdtree_history.run(params(path, action="begin", record={"dropin": "B"}), False)["entry"]
+    bad = {**record(), "itl_mean_s": math.inf}
+    finish = params(path, action="finish", id=entry["id"], result="rolled_back", decode=bad)
+    ended = kdtree_history.run(finish, False)["entry"]
+    assert ended["result"] == "rolled_back"
+    assert "decode" not in ended
+    assert "itl_mean_s" in ended["decode_refused"]
+    saved = history.load(str(path))
+    assert [e["result"] for e in saved] == ["rolled_back", "rolled_back"]
+    assert history.measured(saved) == (None, None)
