@@ -530,7 +530,6 @@ def test_run_traffic_end_to_end_fails_when_the_calls_went_to_the_original(tr, st
     )
 
 
-
 def test_a_failed_traffic_check_still_reports_what_its_requests_measured(hu, tmp_path):
     # the deploy's rescue records these figures with the rolled-back deploy (roles/kdtree_deploy rescue.yml)
     with Server() as server, Publisher(tmp_path, [101], server, interval=0.05, path="dtype"):
@@ -541,6 +540,7 @@ def test_a_failed_traffic_check_still_reports_what_its_requests_measured(hu, tmp
     assert "sent to the original: dtype" in result["msg"]
     assert result["traffic"]["decode"]["completion_tokens"] == 2 * 16
     assert result["traffic"]["decode"]["tokens_per_s"] > 0
+
 
 def test_a_status_file_that_is_not_rewritten_fails_within_the_bound(tr, statusdir):
     now = [100.0]
