@@ -18,7 +18,6 @@ make test-drain-traffic; make bench-drain prints the same runs on three hosts wi
 
 from __future__ import annotations
 
-import logging
 import os
 import tempfile
 from collections.abc import Iterator
@@ -37,7 +36,6 @@ ROUTER_BIN = (
 pytestmark = pytest.mark.skipif(
     not ROUTER_BIN.exists(), reason=f"no router at {ROUTER_BIN} (make router-venv)"
 )
-LOG = logging.getLogger("test-drain-traffic")
 
 
 @pytest.fixture(scope="module")

@@ -530,18 +530,6 @@ def test_run_traffic_end_to_end_fails_when_the_calls_went_to_the_original(tr, st
     )
 
 
-def test_a_failed_traffic_check_still_reports_what_its_requests_measured(hu, tmp_path):
-    # the deploy's rescue records these figures with the rolled-back deploy (roles/kdtree_deploy rescue.yml)
-    with Server() as server, Publisher(tmp_path, [101], server, interval=0.05, path="dtype"):
-        result = module_execute(
-            hu, requests=2, status_dir=str(tmp_path), health_url=server.health_url, status_interval_s=0.05
-        )
-    assert result["state"] == "failed", result["msg"]
-    assert "sent to the original: dtype" in result["msg"]
-    assert result["traffic"]["decode"]["completion_tokens"] == 2 * 16
-    assert result["traffic"]["decode"]["tokens_per_s"] > 0
-
-
 def test_a_status_file_that_is_not_rewritten_fails_within_the_bound(tr, statusdir):
     now = [100.0]
     stale = {7: counts(tr, pid=7)}  # updated=1.0, never rewritten
@@ -572,16 +560,16 @@ def module_execute(hu, host_over=None, **over):
     )
 
 
+def module_traffic(hu, server, status_dir, **over):
+    """module_execute sending its traffic to `server`, its status files in `status_dir`."""
+    return module_execute(
+        hu, status_dir=str(status_dir), health_url=server.health_url, status_interval_s=0.05, **over
+    )
+
+
 def test_the_module_sends_traffic_once_healthy_and_reports_it(hu, tmp_path):
     with Server() as server, Publisher(tmp_path, [101], server, interval=0.05):
-        result = module_execute(
-            hu,
-            requests=3,
-            status_dir=str(tmp_path),
-            health_url=server.health_url,
-            status_interval_s=0.05,
-            api_key=SECRET,
-        )
+        result = module_traffic(hu, server, tmp_path, requests=3, api_key=SECRET)
     assert result["state"] == "ok", result["msg"]
     assert "; traffic: 3 requests, kernel calls +30 in 1/1 schedulers; decode " in result["msg"]
     assert result["traffic"]["decode"]["completion_tokens"] == 3 * 16
@@ -592,14 +580,7 @@ def test_the_module_sends_traffic_once_healthy_and_reports_it(hu, tmp_path):
 
 def test_a_failed_request_fails_the_module_without_printing_the_key(hu, tmp_path):
     with Server(status=500, echo_auth=True) as server, Publisher(tmp_path, [101], server, interval=0.05):
-        result = module_execute(
-            hu,
-            requests=2,
-            status_dir=str(tmp_path),
-            health_url=server.health_url,
-            status_interval_s=0.05,
-            api_key=SECRET,
-        )
+        result = module_traffic(hu, server, tmp_path, requests=2, api_key=SECRET)
     assert result["state"] == "failed"
     assert "answered 500" in result["why"] and "boom in the kernel" in result["msg"]
     assert result["run"]["healthy_since"] is None
@@ -608,15 +589,24 @@ def test_a_failed_request_fails_the_module_without_printing_the_key(hu, tmp_path
 
 def test_validate_mode_end_to_end_in_the_module(hu, tmp_path):
     with Server() as server, Publisher(tmp_path, [101], server, interval=0.05, mode="validate"):
-        result = module_execute(
+        result = module_traffic(
             hu,
+            server,
+            tmp_path,
             requests=2,
-            status_dir=str(tmp_path),
-            health_url=server.health_url,
-            status_interval_s=0.05,
         )
     assert result["state"] == "ok", result["msg"]
     assert "traffic: 2 requests, compared calls +20 in 1/1 schedulers" in result["msg"]
+
+
+def test_a_failed_traffic_check_still_reports_what_its_requests_measured(hu, tmp_path):
+    # the deploy's rescue records these figures with the rolled-back deploy (roles/kdtree_deploy rescue.yml)
+    with Server() as server, Publisher(tmp_path, [101], server, interval=0.05, path="dtype"):
+        result = module_traffic(hu, server, tmp_path, requests=2)
+    assert result["state"] == "failed", result["msg"]
+    assert "sent to the original: dtype" in result["msg"]
+    assert result["traffic"]["decode"]["completion_tokens"] == 2 * 16
+    assert result["traffic"]["decode"]["tokens_per_s"] > 0
 
 
 def test_traffic_needs_a_status_dir_and_fails_before_the_restart(hu):
