@@ -12,8 +12,12 @@ release that differs otherwise (or no longer differs where DIFFERS says so) fail
 from __future__ import annotations
 
 import ast
+import importlib.util
+import inspect
 import os
 import re
+import sys
+import textwrap
 import zipfile
 from functools import cache
 from pathlib import Path
@@ -61,13 +65,16 @@ ASSUMES = {
 
 _SPEC_TREE_MOVED = (
     "before 0.5.23 the tree helpers live in srt/speculative/eagle_utils.py (with a sgl-kernel CPU branch, "
-    "is_cpu): the 0.5.23 hook target does not exist, the engine's EAGLE3/NEXTN/NGRAM shims would not apply"
+    "is_cpu): there build_tree_kernel_efficient_func is build_tree_kernel_efficient with other arguments, "
+    "so the EAGLE3/NEXTN tree-building shim does not apply (verify_tree_greedy_func has the same "
+    "arguments there: the shims wrap it in its old place, NGRAM's verify runs)"
 )
 _NO_RECONSTRUCT = (
     "no kernels/ops/speculative/reconstruct_tree.py before 0.5.21: ngram_worker.py imports "
-    "sgl_kernel.speculative.reconstruct_indices_from_tree_mask and SGLang ships no Triton version of it, "
-    "so the sgl_kernel.speculative shim has nothing of SGLang's to forward to (NGRAM cannot run on the "
-    "generic CPU platform without rewriting that op)"
+    "sgl_kernel.speculative.reconstruct_indices_from_tree_mask and SGLang ships no Triton version of it "
+    "to forward to, so the sgl_kernel.speculative shim computes the op's contract in torch itself "
+    "(reconstruct_indices_torch; tests/ext/sglang/test_cpu_shims.py checks it against the release's "
+    "own _derive_tree_links)"
 )
 _DFLASH_MESSAGE = (
     "_handle_dflash words its device refusal otherwise before 0.5.21: the shim's hook target is "
@@ -83,9 +90,7 @@ _NO_LOAD_PUBLISHER = (
 )
 _SPEC_TREE_ITEMS = {
     "hook sglang.kernels.ops.speculative.spec_tree.build_tree_kernel_efficient_func": _SPEC_TREE_MOVED,
-    "hook sglang.kernels.ops.speculative.spec_tree.verify_tree_greedy_func": _SPEC_TREE_MOVED,
     "calls sglang.kernels.ops.speculative.spec_tree.sgl_build_tree_kernel_triton": _SPEC_TREE_MOVED,
-    "calls sglang.kernels.ops.speculative.spec_tree.verify_tree_greedy_triton": _SPEC_TREE_MOVED,
     "line kernels/ops/speculative/spec_tree.py:431": _SPEC_TREE_MOVED,
     "line kernels/ops/speculative/spec_tree.py:396": _SPEC_TREE_MOVED,
 }
@@ -191,36 +196,64 @@ def _shim_files() -> list[Path]:
     return sorted(SHIMS.rglob("*.py"))
 
 
-def _hooks() -> dict[str, set[str]]:
-    """Each SGLang function a shim hooks, and the arguments its hook reads by name (`a["..."]`)."""
-    found: dict[str, set[str]] = {}
-    for path in _shim_files():
-        tree = ast.parse(path.read_text())
-        consts = {
-            t.id: n.value.value
-            for n in tree.body
-            if isinstance(n, ast.Assign)
-            and isinstance(n.value, ast.Constant)
-            and isinstance(n.value.value, str)
-            for t in n.targets
-            if isinstance(t, ast.Name) and n.value.value.startswith("sglang.")
-        }
-        funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Dict):
-                continue
-            for key, value in zip(node.keys, node.values, strict=True):
-                if isinstance(key, ast.Name) and key.id in consts and isinstance(value, ast.Name):
-                    reads = {
-                        s.slice.value
-                        for s in ast.walk(funcs[value.id])
-                        if isinstance(s, ast.Subscript)
-                        and isinstance(s.value, ast.Name)
-                        and s.value.id == "a"
-                        and isinstance(s.slice, ast.Constant)
-                    }
-                    found[consts[key.id]] = reads
-    return found
+@cache
+def _shims():
+    """kdtree_cpu_shims loaded by path (this process must not see the shims' sgl_kernel or vllm)."""
+    package = SHIMS / "kdtree_cpu_shims"
+    spec = importlib.util.spec_from_file_location(
+        "kdtree_cpu_shims", package / "__init__.py", submodule_search_locations=[str(package)]
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["kdtree_cpu_shims"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _module_reader(version: str):
+    """kdtree_cpu_shims.module_source for the release's wheel: (source, is a package) or None."""
+    names = wheel(version).namelist()
+    dirs = {n.rsplit("/", 1)[0] for n in names}
+
+    def read(module: str):
+        base = "/".join(["sglang", *module.split(".")[1:]])
+        under = base.removeprefix("sglang").lstrip("/")
+        if base + ".py" in names:
+            return _source(version, f"{under}.py"), False
+        if base + "/__init__.py" in names:
+            return _source(version, f"{under}/__init__.py" if under else "__init__.py"), True
+        if any(d == base or d.startswith(base + "/") for d in dirs):
+            return "", True
+        return None
+
+    return read
+
+
+def _module_of(version: str, dotted: str) -> str:
+    """The dotted module that defines `dotted` in the release (sglang.a.b for sglang.a.b.C.f)."""
+    name, _rest = _module_file(version, dotted)
+    return "sglang." + name.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+
+
+def _reads(hook) -> set[str]:
+    """The arguments a hook reads by name (`a["..."]`)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(hook)))
+    return {
+        s.slice.value
+        for s in ast.walk(tree)
+        if isinstance(s, ast.Subscript)
+        and isinstance(s.value, ast.Name)
+        and s.value.id == "a"
+        and isinstance(s.slice, ast.Constant)
+    }
+
+
+def _hooks(version: str) -> tuple[dict[str, tuple[str, set[str]]], list[str]]:
+    """What the shims register on the release (kdtree_cpu_shims.targets() over its wheel): {the
+    hook's own key: (the target it wraps there, the arguments it reads)}, and the keys left out."""
+    shims = _shims()
+    found, missing = shims.targets(_module_reader(version))
+    keys = {where: key for key, places in shims.MOVED.items() for where in places}
+    return {keys.get(t, t): (t, _reads(hook)) for t, hook in found.items()}, missing
 
 
 def _calls() -> set[str]:
@@ -277,17 +310,22 @@ def _strings(source: str) -> list[str]:
 def problems(version: str) -> set[str]:
     """What of the shims and the benign list does not hold in `version`."""
     out = set()
-    for dotted, reads in _hooks().items():
+    hooks, missing = _hooks(version)
+    out |= {f"hook {key}" for key in missing}
+    for key, (dotted, reads) in hooks.items():
         node = _definition(version, dotted)
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             out.add(f"hook {dotted}")
             continue
+        for name in _shims().BESIDE.get(key, ()):
+            if _definition(version, f"{_module_of(version, dotted)}.{name}") is None:
+                out.add(f"hook {key} beside {name}")
         params = {a.arg for a in node.args.args + node.args.kwonlyargs}
         if reads - params:
             out.add(f"hook {dotted} arguments {sorted(reads - params)}")
         body = {line.strip() for line in ast.unparse(node).splitlines()}
-        if not set(ASSUMES.get(dotted, ())) <= body:
-            out.add(f"hook {dotted} premise")
+        if not set(ASSUMES.get(key, ())) <= body:
+            out.add(f"hook {key} premise")
     for dotted in _calls():
         if _definition(version, dotted) is None:
             out.add(f"calls {dotted}")
@@ -322,7 +360,16 @@ def test_differs_covers_the_window_and_nothing_else():
 
 
 def test_every_premise_is_of_a_function_a_shim_hooks():
-    assert set(ASSUMES) <= set(_hooks())
+    assert set(ASSUMES) <= set(_hooks(NEWEST)[0])
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_ngrams_two_hooks_apply_on_every_release(version):
+    """NGRAM's verify on the generic platform needs both (the engine runs the window's oldest and
+    newest releases): a release where one is left out is not served by the engine scenarios."""
+    shims = _shims()
+    hooks, _ = _hooks(version)
+    assert {shims.CACHE_LOCS, shims.VERIFY_GREEDY} <= set(hooks)
 
 
 @pytest.mark.parametrize("version", RELEASES)
