@@ -16,7 +16,8 @@
 # (label kdtree.fleet=testhost) leaves it alone. One real-engine host at a time on a 2-core machine:
 # its server takes about 3 GiB and both cores while it starts.
 # Environment: KDTREE_ENGINE_VENV (default .cache/sglang-venv; must be made from /usr/bin/python3.11,
-# which the hosts have too), KDTREE_ENGINE_MODEL (default: the tiny model made by
+# which the hosts have too), KDTREE_ENGINE_RELEASE (the SGLang release of that venv; default the
+# window's newest), KDTREE_ENGINE_MODEL (default: the tiny model made by
 # tests/engine/make_tiny_model.py), KDTREE_ENGINE_SPEC (the stock unit's speculative configuration,
 # tests/engine/spec/NAME.conf, default dflash), KDTREE_ENGINE_NO_START=1 (install: write the stock unit
 # only, a later restart starts it), KDTREE_ENGINE_WAIT (seconds to wait until healthy, default 240),
@@ -52,7 +53,7 @@ model_dir() {
 # also have at the same path; a venv made from another python cannot run inside a host.
 ensure_venv() {
   [[ -x "$ENGINE_PYTHON" ]] || die "$ENGINE_PYTHON not found (Debian's python3.11; the hosts run it)"
-  bash "$ROOT/scripts/sglang-venv.sh" "$VENV" "$ENGINE_PYTHON" >&2
+  bash "$ROOT/scripts/sglang-venv.sh" "$VENV" "$ENGINE_PYTHON" ${KDTREE_ENGINE_RELEASE:+"$KDTREE_ENGINE_RELEASE"} >&2
   local home
   home="$(sed -n 's/^home = //p' "$VENV/pyvenv.cfg")"
   [[ "$home" == "$(dirname "$ENGINE_PYTHON")" ]] ||
@@ -106,7 +107,7 @@ install() {
   local name="$1" stage
   stage="$(mktemp -d)"
   cp "$HERE/engine-install.sh" "$ROOT/tests/engine/sglang.service" "$ROOT/tests/engine/engine.env" "$stage/"
-  (cd "$ROOT/tests/engine" && find cpu_shims spec -type f ! -path '*/__pycache__/*' -print0 | xargs -0 cp --parents -t "$stage")
+  (cd "$ROOT/tests/engine" && find cpu_shims spec release -type f ! -path '*/__pycache__/*' -print0 | xargs -0 cp --parents -t "$stage")
   local start=()
   [[ "${KDTREE_ENGINE_NO_START:-0}" != 1 ]] || start=(--no-start)
   "${PODMAN[@]}" exec "$name" rm -rf /tmp/kdtree-engine

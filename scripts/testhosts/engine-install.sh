@@ -6,8 +6,9 @@
 #
 # Usage: engine-install.sh --venv DIR --model DIR [--spec NAME] [--src DIR] [--no-start] [--wait SECONDS]
 #   DIR of --src (default: this script's directory) holds cpu_shims/, sglang.service (the template,
-#   tests/engine/sglang.service), spec/NAME.conf (the speculative configurations, tests/engine/spec)
-#   and engine.env (ENGINE_HEALTH_URL).
+#   tests/engine/sglang.service), spec/NAME.conf (the speculative configurations, tests/engine/spec),
+#   release/X.conf (what the unit needs on SGLang X, tests/engine/release; optional) and engine.env
+#   (ENGINE_HEALTH_URL).
 #   --spec: which configuration the stock unit serves (default dflash): spec/NAME.conf gives the target
 #   (ENGINE_TARGET) and the speculative flags (ENGINE_SPEC_ARGS), both may name @ENGINE_MODEL@.
 #   --no-start: install only (a later restart, e.g. a deploy's, starts the new unit).
@@ -79,12 +80,22 @@ if [[ "$want" != "$have" ]]; then
   changed=1
 fi
 
-# The stock unit: the template with the venv, the target and the configuration's flags filled in; put
-# back when the file differs.
+# What the unit needs on the venv's SGLang release (release/X.conf, when there is one).
+RELEASE="$(timeout 60 "$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("sglang"))')" ||
+  die "cannot read the sglang version of $VENV"
+ENGINE_RELEASE_ENV=""
+ENGINE_RELEASE_ARGS=""
+if [[ -f "$SRC/release/$RELEASE.conf" ]]; then
+  # shellcheck source=/dev/null
+  source "$SRC/release/$RELEASE.conf"
+  ENGINE_SPEC_ARGS="$ENGINE_SPEC_ARGS${ENGINE_RELEASE_ARGS:+ $ENGINE_RELEASE_ARGS}"
+fi
+# The stock unit: the template with the venv, the target, the configuration's flags and the release's
+# environment filled in; put back when the file differs.
 rendered="$(mktemp)"
 trap 'rm -f "$rendered"' EXIT
 sed -e "s|@ENGINE_VENV@|$VENV|g" -e "s|@ENGINE_TARGET@|$ENGINE_TARGET|g" -e "s|@ENGINE_SPEC_ARGS@|$ENGINE_SPEC_ARGS|g" \
-  -e "s|@ENGINE_SPEC@|$SPEC|g" "$SRC/sglang.service" >"$rendered"
+  -e "s|@ENGINE_SPEC@|$SPEC|g" -e "s|@ENGINE_RELEASE_ENV@|$ENGINE_RELEASE_ENV|g" "$SRC/sglang.service" >"$rendered"
 if grep -q '@ENGINE_' "$rendered"; then
   die "unfilled placeholder in the unit: $(grep -o '@ENGINE_[A-Z_]*@' "$rendered" | sort -u | tr '\n' ' ')"
 fi
