@@ -32,11 +32,12 @@ test-units-fast: venv
 # Molecule on real systemd hosts (podman): every scenario, MOLECULE_JOBS (2) side by side; the shared
 # base is .config/molecule/config.yml. Each scenario has its own host (kdtree-mol-<scenario>) and its
 # output is printed whole when it ends. The list is the start order: default (whose kernel build the
-# later scenarios seed from) and engine (the longest) first. consumer: build + install the tarball,
+# later scenarios seed from) and engine (the longest) first; oldest (the real engine on the window's
+# oldest release) next, beside it. consumer: build + install the tarball,
 # deploy from a separate project.
 MOLECULE_JOBS ?= 2
-MOLECULE_SCENARIOS := default engine crash rollback operator batch faults consumer
-test-molecule: venv collection-link testhost-image engine-model publish-venv-core-2.21
+MOLECULE_SCENARIOS := default engine oldest crash rollback operator batch faults consumer
+test-molecule: venv collection-link testhost-image engine-model sglang-venv-oldest publish-venv-core-2.21
 	@start=$$(date +%s); $(MAKE) --no-print-directory -j$(MOLECULE_JOBS) --output-sync=target \
 	  $(MOLECULE_SCENARIOS:%=molecule-run-%); \
 	  echo "molecule: $(words $(MOLECULE_SCENARIOS)) scenarios passed in $$(( $$(date +%s) - start )) s ($(MOLECULE_JOBS) at a time)"
@@ -52,6 +53,11 @@ test-molecule-consumer: test-molecule-%: venv collection-link testhost-image pub
 
 # The real SGLang engine (tests/engine): deploy + generation equality + dispatch counts, rollback, crash.
 test-molecule-engine: test-molecule-%: venv collection-link testhost-image engine-model
+	@$(MOLECULE_RUN)
+
+# The real SGLang engine on the window's oldest release (its own venv): one NGRAM deploy in validate,
+# smoke traffic, compared calls and no mismatch.
+test-molecule-oldest: test-molecule-%: venv collection-link testhost-image engine-model sglang-venv-oldest
 	@$(MOLECULE_RUN)
 
 # The recipe alone, no prerequisites (test-molecule has made them): make -j starts these in list order.

@@ -23,10 +23,10 @@ test-ext-fast: venv
 sglang-venv: system-deps
 	bash scripts/sglang-venv.sh $(SGLANG_VENV) $(SGLANG_PYTHON) $(SGLANG_NEWEST)
 
-# Cached venv with the window's oldest sglang wheel and its stack (CPU torch 2.13.0 from local disk); for
-# the tests only: no .pyc at install.
+# Cached venv with the window's oldest sglang wheel and its stack (CPU torch 2.13.0 from local disk); the
+# real engine of molecule's oldest scenario runs it, mounted read-only into its host: compiled at install.
 sglang-venv-oldest: system-deps
-	bash scripts/sglang-venv.sh --no-compile $(SGLANG_VENV_OLDEST) $(SGLANG_PYTHON) $(SGLANG_OLDEST)
+	bash scripts/sglang-venv.sh $(SGLANG_VENV_OLDEST) $(SGLANG_PYTHON) $(SGLANG_OLDEST)
 
 # The real wheel: signature binding, `python -m sglang.launch_server --device cpu` scheduler marker,
 # the reference against SGLang's Triton extend_attention_fwd (TRITON_INTERPRET=1, float32), modes.

@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+import yaml
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
 from conftest import PATCH_DIR, ROOT
 from test_promote import _date_deploy, _write_schedulers, good_row, judge
@@ -150,3 +151,22 @@ def test_the_venv_script_refuses_a_release_outside_the_window(tmp_path):
     assert res.returncode == 2, res
     assert "sglang 0.5.99 is outside the supported window" in res.stderr and WINDOW[0] in res.stderr
     assert not venv.exists()
+
+
+@pytest.mark.parametrize(
+    ("scenario", "venv_target", "end"), [("engine", "sglang-venv", -1), ("oldest", "sglang-venv-oldest", 0)]
+)
+def test_the_real_engine_runs_on_the_window_s_ends(scenario, venv_target, end):
+    """molecule's engine scenario mounts the venv of the window's newest release into its real-engine
+    host, the oldest scenario the venv of its oldest; each venv is built for that end of target.py."""
+    platform = yaml.safe_load((ROOT / "molecule" / scenario / "molecule.yml").read_text())["platforms"][0]
+    (venv,) = [v.rsplit(":", 2)[0] for v in platform["volumes"] if v.endswith(":/opt/sglang/venv:ro")]
+    venv = venv.replace("${MOLECULE_PROJECT_DIRECTORY}", str(ROOT))
+    out = subprocess.run(
+        ["make", "-n", "-s", "--no-print-directory", venv_target],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert f"sglang-venv.sh {venv} /usr/bin/python3.11 {WINDOW[end]}\n" in out, out
