@@ -8,7 +8,8 @@ then timed, each with the playbooks' own defaults, as in production:
             fresh fleet, once, so that no figure includes a compile)
   noop      the same deploy again: it must change nothing (changed=0)
   rollback  rollback.yml (to stock, one host at a time: its default serial)
-Each run prints a key=value line (wall_s, batches, rc, changed) and one per batch (its hosts and wall
+Each run prints a key=value line (wall_s, batches, rc, changed, the controller's CPU seconds in all and
+per host: what bounds a batch's time on a controller with few cores) and one per batch (its hosts and wall
 time, from its PLAY banner to the next banner); the last lines sum it up per run across the sizes, so
 growth with the fleet is visible. The fleet's containers are removed at the end (also on failure).
 Not part of `make bench` (it takes long).
@@ -103,7 +104,9 @@ def report(result: Result) -> None:
         extra = " build_paths=" + ",".join(f"{k}:{v}" for k, v in sorted(build_paths(result.run).items()))
     print(
         f"fleet_hosts={result.size} run={result.name} wall_s={result.run.seconds:.1f} batches={len(batches)}"
-        f" changed={result.changed} rc={result.run.rc} load1={os.getloadavg()[0]:.1f}{extra}",
+        f" changed={result.changed} rc={result.run.rc} load1={os.getloadavg()[0]:.1f}"
+        f" controller_cpu_s={result.run.cpu_s:.1f} cpu_per_host_s={result.run.cpu_s / result.size:.2f}"
+        f"{extra}",
         flush=True,
     )
     for i, batch in enumerate(batches, 1):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -50,6 +51,9 @@ class Run:
     rc: int
     seconds: float
     lines: list[tuple[float, str]] = field(default_factory=list)
+    # controller CPU seconds of the run: ansible-playbook, its workers and the podman clients they ran
+    # (user + system of the waited-for descendants)
+    cpu_s: float = 0.0
 
     @property
     def text(self) -> str:
@@ -101,6 +105,7 @@ def run_playbook(
     env = dict(os.environ, PYTHONUNBUFFERED="1", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     env.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
     start = time.time()
+    cpu_start = _children_cpu()
     lines: list[tuple[float, str]] = []
     with subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
@@ -111,4 +116,9 @@ def run_playbook(
             if echo:
                 print(line, end="", flush=True)
         rc = proc.wait()
-    return Run(rc=rc, seconds=time.time() - start, lines=lines)
+    return Run(rc=rc, seconds=time.time() - start, lines=lines, cpu_s=_children_cpu() - cpu_start)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
