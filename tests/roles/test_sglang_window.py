@@ -115,17 +115,22 @@ def test_the_window_is_written_only_in_target_py():
     assert found == []
 
 
-@pytest.mark.parametrize(("target", "end"), [("test-sglang", -1), ("test-sglang-oldest", 0)])
-def test_the_real_wheel_tests_run_on_the_window_s_ends(target, end):
-    """make test-sglang runs the real-wheel tests on the window's newest release, test-sglang-oldest on
-    its oldest: both read from target.py, both in make test."""
-    out = subprocess.run(
+def _make_dry_run(target: str) -> str:
+    """What `make -n -s target` would run (the recipes, nothing run)."""
+    return subprocess.run(
         ["make", "-n", "-s", "--no-print-directory", target],
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=True,
     ).stdout
+
+
+@pytest.mark.parametrize(("target", "end"), [("test-sglang", -1), ("test-sglang-oldest", 0)])
+def test_the_real_wheel_tests_run_on_the_window_s_ends(target, end):
+    """make test-sglang runs the real-wheel tests on the window's newest release, test-sglang-oldest on
+    its oldest: both read from target.py, both in make test."""
+    out = _make_dry_run(target)
     assert "sglang-venv.sh " in out and f" {WINDOW[end]}\n" in out, out
     assert f"KDTREE_SGLANG_RELEASE={WINDOW[end]} " in out, out
     help_text = subprocess.run(
@@ -162,11 +167,5 @@ def test_the_real_engine_runs_on_the_window_s_ends(scenario, venv_target, end):
     platform = yaml.safe_load((ROOT / "molecule" / scenario / "molecule.yml").read_text())["platforms"][0]
     (venv,) = [v.rsplit(":", 2)[0] for v in platform["volumes"] if v.endswith(":/opt/sglang/venv:ro")]
     venv = venv.replace("${MOLECULE_PROJECT_DIRECTORY}", str(ROOT))
-    out = subprocess.run(
-        ["make", "-n", "-s", "--no-print-directory", venv_target],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = _make_dry_run(venv_target)
     assert f"sglang-venv.sh {venv} /usr/bin/python3.11 {WINDOW[end]}\n" in out, out

@@ -168,8 +168,13 @@ def module_source(module: str) -> tuple[str, bool] | None:
         return fh.read(), package
 
 
+@functools.lru_cache(maxsize=16)
+def _parse(source: str) -> ast.Module:
+    return ast.parse(source)
+
+
 def _defines(source: str, path: list[str]) -> bool:
-    node: ast.AST = ast.parse(source)
+    node: ast.AST = _parse(source)
     for part in path:
         node = next(
             (
@@ -212,9 +217,10 @@ def targets(source: Source = module_source) -> tuple[dict[str, Callable], list[s
         VERIFY_GREEDY: verify_tree_greedy_around,
         **drafts.HOOKS,
     }
+    read = functools.cache(source)  # the hooks share modules and their parent packages
     found, missing = {}, []
     for key, hook in hooks.items():
-        where = next(filter(None, (resolve(t, source) for t in MOVED.get(key, (key,)))), None)
+        where = next(filter(None, (resolve(t, read) for t in MOVED.get(key, (key,)))), None)
         if where is None:
             missing.append(key)
         else:

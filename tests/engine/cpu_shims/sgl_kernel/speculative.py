@@ -15,16 +15,8 @@ not on the package index.
 from __future__ import annotations
 
 
-def reconstruct_indices_from_tree_mask(
-    tree_mask,
-    verified_seq_len,
-    positions,
-    retrieve_index,
-    retrieve_next_token,
-    retrieve_next_sibling,
-    batch_size,
-    draft_token_num,
-):
+def reconstruct_indices_from_tree_mask(*args, **kwargs) -> None:
+    """sgl_kernel's op, called as SGLang calls it: the arguments of `reconstruct_indices_torch`."""
     # Imported here: reconstruct_tree.py imports this module while it is itself being imported.
     try:
         from sglang.kernels.ops.speculative.reconstruct_tree import (
@@ -34,16 +26,7 @@ def reconstruct_indices_from_tree_mask(
         if exc.name != "sglang.kernels.ops.speculative.reconstruct_tree":
             raise
         op = reconstruct_indices_torch
-    op(
-        tree_mask,
-        verified_seq_len,
-        positions,
-        retrieve_index,
-        retrieve_next_token,
-        retrieve_next_sibling,
-        batch_size,
-        draft_token_num,
-    )
+    op(*args, **kwargs)
 
 
 def reconstruct_indices_torch(
