@@ -106,7 +106,14 @@ def _tasks_with_imports(tasks_dir, entry, tags=None):
             yield {**task, "tags": inherited} if tags else task
 
 
-# each fact check of steps.yml runs exactly when the step that publishes its facts runs (same tags)
+def _deploy_tasks():
+    """Every task of the deploy's steps.yml and of change.yml, which steps.yml includes."""
+    tasks = ROLES / "kdtree_deploy" / "tasks"
+    yield from _tasks(load_yaml(tasks / "steps.yml"))
+    yield from _tasks(load_yaml(tasks / "change.yml"))
+
+
+# each fact check of the deploy runs exactly when the step that publishes its facts runs (same tags)
 PRODUCERS = {
     "kdtree.fleet.kdtree_build (tasks_from check)": ("kdtree_build", "check.yml"),
     "kdtree.fleet.kdtree_patch (tasks_from check)": ("kdtree_patch", "check.yml"),
@@ -115,7 +122,7 @@ PRODUCERS = {
 
 
 def test_each_fact_check_carries_the_tags_of_the_tasks_that_publish_its_facts():
-    steps = list(_tasks(load_yaml(ROLES / "kdtree_deploy" / "tasks" / "steps.yml")))
+    steps = list(_deploy_tasks())
     checks = [t for t in steps if t.get("ansible.builtin.import_tasks") == "require.yml"]
     assert sorted(c["vars"]["_kdtree_deploy_producer"] for c in checks) == sorted(PRODUCERS)
     for check in checks:

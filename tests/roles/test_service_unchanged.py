@@ -166,3 +166,25 @@ def test_the_rescue_is_not_planned_for_an_unchanged_service():
     facts = {"kdtree_build_lib_path": "/l", "kdtree_patch_installed_dir": "/p"}
     assert all(_render(plan["when"], **facts, kdtree_service_unchanged=False))
     assert not all(_render(plan["when"], **facts, kdtree_service_unchanged=True))
+
+
+def test_a_no_op_leaves_out_the_deploys_whole_changing_half_as_one_task():
+    deploy = ROLES / "kdtree_deploy" / "tasks"
+    steps = load_yaml(deploy / "steps.yml")
+    (gate,) = [t for t in steps if "ansible.builtin.include_tasks" in t]
+    assert gate["ansible.builtin.include_tasks"] == {"file": "change.yml"}
+    assert gate is steps[-1]  # after the preflight: a refusal there never reaches it
+    # tag always: change.yml's tasks keep their own tags, so each tag still runs alone
+    assert gate["tags"] == ["always"]
+    assert _render([gate["when"]], kdtree_service_unchanged=True) == [False]
+    assert _render([gate["when"]], kdtree_service_unchanged=False) == [True]
+    assert _render([gate["when"]]) == [True]  # tags left the preflight out: the change decides as before
+    # every step that plans, builds, installs, writes, restarts or records is behind the gate
+    change = [t["name"] for t in load_yaml(deploy / "change.yml")]
+    assert change == [
+        "Plan the rescue (its target decided and its files checked before anything changes)",
+        "Build the kernel (side by side with older builds; the service is not touched)",
+        "Install the patch (a new directory per version; the service is not touched)",
+        "Change the service and prove the host healthy, or roll it back",
+    ]
+    assert not [t["name"] for t in steps if {"kdtree.fleet.kdtree_history", "ansible.builtin.copy"} & set(t)]
