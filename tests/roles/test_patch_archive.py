@@ -60,7 +60,7 @@ def test_no_task_loops_over_the_patch_files():
         for task in yaml.safe_load(path.read_text()) or []:
             for inner in [task, *task.get("block", []), *task.get("always", []), *task.get("rescue", [])]:
                 loop = str(inner.get("loop", ""))
-                assert "__kdtree_patch_source" not in loop, (
+                assert "_kdtree_patch_manifest" not in loop, (
                     f"{path.name}: {inner['name']} loops over the files"
                 )
 
