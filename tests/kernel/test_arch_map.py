@@ -165,8 +165,9 @@ def test_gpu_check_keeps_no_copy():
 
 
 def _role_text_files() -> list[Path]:
-    """Everything of the role but the kernel source (build.sh and its README are the owner)."""
-    return [p for p in sorted(ROLE.rglob("*")) if p.is_file() and "files" not in p.relative_to(ROLE).parts]
+    """Everything of the role, its controller script files/build_inputs.sh included (the kernel source
+    under files/csrc is not the role's: build.sh and its README are the owner)."""
+    return [p for p in sorted(ROLE.rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
 
 
 def test_role_keeps_no_copy_and_asks_build_sh():
@@ -177,8 +178,10 @@ def test_role_keeps_no_copy_and_asks_build_sh():
             assert not re.search(rf"""["']{re.escape(cc)}["']\s*:""", text), f"{path} maps {cc}"
     for path in (ROLE / "defaults" / "main.yml", ROLE / "meta" / "argument_specs.yml"):
         assert "arch_map" not in path.read_text(encoding="utf-8"), path
+    # the check asks build.sh through its controller read (build_inputs.sh, a pipe lookup)
     tasks = (ROLE / "tasks" / "check.yml").read_text(encoding="utf-8")
-    assert "build.sh --arch-for-cc" in tasks
+    assert "/files/build_inputs.sh" in tasks
+    assert "bash ./build.sh --arch-for-cc" in (ROLE / "files" / "build_inputs.sh").read_text(encoding="utf-8")
 
 
 def _ansible_playbook() -> str:
