@@ -8,10 +8,13 @@ then timed, each with the playbooks' own defaults, as in production:
             fresh fleet, once, so that no figure includes a compile)
   noop      the same deploy again: it must change nothing (changed=0)
   rollback  rollback.yml (to stock, one host at a time: its default serial)
-Each run prints a key=value line (wall_s, batches, rc, changed, the controller's CPU seconds in all and
-per host: what bounds a batch's time on a controller with few cores) and one per batch (its hosts and wall
-time, from its PLAY banner to the next banner); the last lines sum it up per run across the sizes, so
-growth with the fleet is visible. The fleet's containers are removed at the end (also on failure).
+Each run prints a key=value line (wall_s, batches, rc, changed, the machine's cores, the controller's CPU
+seconds in all and per host) and one per batch: its hosts, its wall time (its PLAY banner to the next
+banner) and the CPU seconds the whole machine spent on it (controller and test hosts, in all and per host).
+The test hosts share this machine's cores with the controller: once those are all busy a batch's wall
+time grows with its hosts even while the cost per host stays flat, which machine_cpu_per_host_s shows.
+The last lines sum it up per run across the sizes, so growth with the fleet is visible. The fleet's
+containers are removed at the end (also on failure).
 Not part of `make bench` (it takes long).
 """
 
@@ -29,7 +32,7 @@ from pathlib import Path
 
 # the local test fleet's helpers (run a playbook, read its recap and batches) live with the fleet's scripts
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "testhosts"))
-from playrun import ROOT, Run, parse_recap, play_batches, run_playbook
+from playrun import ROOT, Batch, Run, busy_between, parse_recap, play_batches, run_playbook
 
 log = logging.getLogger("bench-fleet")
 
@@ -96,6 +99,16 @@ def build_paths(run: Run) -> dict[str, int]:
     return counts
 
 
+def batch_cpu(run: Run, batch: Batch) -> str:
+    """What the whole machine (controller and test hosts) spent on a batch, in all and per host: on a
+    machine whose cores are all busy, the batch's wall time is this over the cores, so a per-host cost
+    that stays flat as batches grow is what the fleet's own CPUs would run side by side."""
+    busy = busy_between(run.busy, batch.opened, batch.opened + batch.seconds)
+    if busy is None or not batch.hosts:
+        return " machine_cpu_s=n/a"
+    return f" machine_cpu_s={busy:.1f} machine_cpu_per_host_s={busy / len(batch.hosts):.2f}"
+
+
 def report(result: Result) -> None:
     playbook_play = RUNS[result.name][1]
     batches = play_batches(result.run.lines, playbook_play)
@@ -104,7 +117,7 @@ def report(result: Result) -> None:
         extra = " build_paths=" + ",".join(f"{k}:{v}" for k, v in sorted(build_paths(result.run).items()))
     print(
         f"fleet_hosts={result.size} run={result.name} wall_s={result.run.seconds:.1f} batches={len(batches)}"
-        f" changed={result.changed} rc={result.run.rc} load1={os.getloadavg()[0]:.1f}"
+        f" changed={result.changed} rc={result.run.rc} load1={os.getloadavg()[0]:.1f} cores={os.cpu_count()}"
         f" controller_cpu_s={result.run.cpu_s:.1f} cpu_per_host_s={result.run.cpu_s / result.size:.2f}"
         f"{extra}",
         flush=True,
@@ -112,7 +125,7 @@ def report(result: Result) -> None:
     for i, batch in enumerate(batches, 1):
         print(
             f"fleet_hosts={result.size} run={result.name} batch={i}/{len(batches)}"
-            f" batch_hosts={len(batch.hosts)} batch_s={batch.seconds:.1f}",
+            f" batch_hosts={len(batch.hosts)} batch_s={batch.seconds:.1f}{batch_cpu(result.run, batch)}",
             flush=True,
         )
     if result.run.rc != 0:

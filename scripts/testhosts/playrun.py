@@ -9,6 +9,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,8 @@ class Batch:
 
     hosts: list[str]
     seconds: float
+    # when its banner arrived (time.time())
+    opened: float = 0.0
 
 
 @dataclass
@@ -54,6 +57,9 @@ class Run:
     # controller CPU seconds of the run: ansible-playbook, its workers and the podman clients they ran
     # (user + system of the waited-for descendants)
     cpu_s: float = 0.0
+    # (time.time(), machine_busy_s()) about every BUSY_SAMPLE_S during the run: what every core of this
+    # machine did, the test hosts' containers included (busy_between reads it)
+    busy: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -81,7 +87,7 @@ def play_batches(lines: list[tuple[float, str]], play: str) -> list[Batch]:
                 batches.append(current)
                 current = None
             if banner and banner.group(1) == play:
-                current, opened = Batch(hosts=[], seconds=0.0), at
+                current, opened = Batch(hosts=[], seconds=0.0, opened=at), at
             continue
         result = RESULT_RE.match(line)
         if current is not None and result and result.group(1) not in current.hosts:
@@ -107,6 +113,10 @@ def run_playbook(
     start = time.time()
     cpu_start = _children_cpu()
     lines: list[tuple[float, str]] = []
+    busy: list[tuple[float, float]] = []
+    done = threading.Event()
+    sampler = threading.Thread(target=_sample_busy, args=(busy, done), daemon=True)
+    sampler.start()
     with subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
     ) as proc:
@@ -116,7 +126,40 @@ def run_playbook(
             if echo:
                 print(line, end="", flush=True)
         rc = proc.wait()
-    return Run(rc=rc, seconds=time.time() - start, lines=lines, cpu_s=_children_cpu() - cpu_start)
+    done.set()
+    sampler.join()
+    return Run(rc=rc, seconds=time.time() - start, lines=lines, cpu_s=_children_cpu() - cpu_start, busy=busy)
+
+
+BUSY_SAMPLE_S = 0.25
+
+
+def machine_busy_s() -> float:
+    """CPU seconds this machine's cores have been busy since boot: /proc/stat's user, nice, system, irq,
+    softirq and steal (everything but idle and iowait), of every process, the test hosts' included."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _sample_busy(samples: list[tuple[float, float]], done: threading.Event) -> None:
+    while True:
+        samples.append((time.time(), machine_busy_s()))
+        if done.wait(BUSY_SAMPLE_S):
+            samples.append((time.time(), machine_busy_s()))
+            return
+
+
+def busy_between(samples: list[tuple[float, float]], start: float, end: float) -> float | None:
+    """The machine's busy CPU seconds from `start` to `end` (time.time()), each read from the last sample
+    taken at or before it (the first sample for a moment before any); None without samples."""
+    if not samples:
+        return None
+
+    def at(moment: float) -> float:
+        before = [value for when, value in samples if when <= moment]
+        return before[-1] if before else samples[0][1]
+
+    return max(0.0, at(end) - at(start))
 
 
 def _children_cpu() -> float:

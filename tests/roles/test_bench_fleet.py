@@ -11,7 +11,7 @@ from conftest import ROOT
 sys.path.insert(0, str(ROOT / "scripts" / "testhosts"))
 sys.path.insert(0, str(ROOT / "bench"))
 import fleet
-from playrun import Run, play_batches
+from playrun import Run, busy_between, machine_busy_s, play_batches
 
 DEPLOY = "Deploy kdtree verify attention to SGLang hosts"
 OUTPUT = [
@@ -66,3 +66,27 @@ def test_the_inventory_names_every_bench_host_with_the_local_group_vars(tmp_path
     text = (tmp_path / "hosts.yml").read_text(encoding="utf-8")
     assert [f"{fleet.PREFIX}{i}" in text for i in (1, 2, 3, 4)] == [True, True, True, False]
     assert (tmp_path / "group_vars").resolve() == (ROOT / "inventory" / "local" / "group_vars").resolve()
+
+
+def test_a_batch_remembers_when_its_banner_arrived():
+    assert [b.opened for b in play_batches(OUTPUT, DEPLOY)] == [100.0, 110.0]
+
+
+def test_a_batch_s_machine_cpu_is_read_between_the_samples_before_its_banner_and_its_end():
+    samples = [(99.9, 1000.0), (105.0, 1008.0), (109.9, 1018.0), (120.0, 1030.0), (130.1, 1050.0)]
+    run = Run(rc=0, seconds=40.0, lines=OUTPUT, busy=samples)
+    first, second = play_batches(OUTPUT, DEPLOY)
+    assert busy_between(samples, first.opened, first.opened + first.seconds) == 18.0
+    assert fleet.batch_cpu(run, second) == " machine_cpu_s=12.0 machine_cpu_per_host_s=6.00"
+
+
+def test_a_run_without_cpu_samples_prints_no_machine_cpu():
+    (first, _) = play_batches(OUTPUT, DEPLOY)
+    assert busy_between([], 0.0, 1.0) is None
+    assert fleet.batch_cpu(Run(rc=0, seconds=1.0, lines=OUTPUT), first) == " machine_cpu_s=n/a"
+
+
+def test_the_machine_s_busy_seconds_only_grow():
+    first = machine_busy_s()
+    sum(i * i for i in range(300_000))
+    assert machine_busy_s() >= first > 0
