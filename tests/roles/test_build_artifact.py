@@ -195,6 +195,13 @@ def test_a_host_without_nvcc_and_no_artifact_is_refused_before_anything_changes(
     assert not (fleet["base"] / "host1" / "builds").exists()
 
 
+def test_a_relative_kernel_source_is_refused_before_anything_changes(fleet):
+    rc, out, _ = _deploy_build(fleet, "host1", kdtree_build_source_dir=str(HOSTLIB.relative_to(ROOT)))
+    assert rc != 0
+    assert "kdtree_build_source_dir must be an absolute path on the controller" in out, out[-3000:]
+    assert not (fleet["base"] / "host1" / "builds").exists()
+
+
 def test_a_driver_too_old_for_the_toolkit_is_refused(fleet, monkeypatch):
     monkeypatch.setenv("FAKE_DRIVER", "575.57.08")
     rc, out, _ = _deploy_build(fleet, "host1", kdtree_build_compute_capability="")

@@ -88,3 +88,10 @@ def test_the_patch_is_installed_whole_checked_and_replaced_when_it_drifted(tmp_p
     assert rc == 0, out[-3000:]
     assert stat.S_IMODE(some_file.stat().st_mode) == 0o644
     assert not (installed / "stray.py").exists()
+
+
+def test_a_relative_patch_source_is_refused_before_anything_is_installed(tmp_path, patch_root):
+    rc, out = _install(tmp_path, patch_root, source=PATCH_DIR.relative_to(ROOT))
+    assert rc != 0, out[-2000:]
+    assert "kdtree_patch_source_dir must be an absolute path on the controller" in out, out[-2000:]
+    assert not patch_root.exists(), "nothing is installed for a refused source"
