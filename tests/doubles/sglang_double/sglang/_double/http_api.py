@@ -6,8 +6,9 @@ in flight as num_running_reqs of dp rank 0), and POST /generate (answers a fixed
 SGLANG_DOUBLE_GENERATE_SECONDS, 0 by default; as one server-sent event and [DONE] when the request
 says "stream": true). With SGLANG_DOUBLE_REQUEST_LOG=<path> each POST /generate
 appends two JSON lines there, {"event": "arrived"|"answered", "t": <epoch s>, "id", "client", "pid",
-"ready"} ("ready": false for the server's own warm-up request): a request that arrived and was never
-answered was cut (its process was stopped while it was in flight).
+"ready"} ("ready": whether the server was ready when the request arrived, on both of its lines: false
+for the server's own warm-up request): a request that arrived and was never answered was cut (its
+process was stopped while it was in flight).
 Like the real engine the socket is bound only after every scheduler reported ready.
 """
 
@@ -48,8 +49,10 @@ class ServerState:
         with self._lock:
             self.in_flight += step
 
-    def log_request(self, event: str, request_id: str, client: str) -> None:
-        """One line of the request log (when SGLANG_DOUBLE_REQUEST_LOG names one), flushed at once."""
+    def log_request(self, event: str, request_id: str, client: str, ready: bool) -> None:
+        """One line of the request log (when SGLANG_DOUBLE_REQUEST_LOG names one), flushed at once. `ready`
+        is the server's state when the request arrived: the warm-up's client marks the server ready as
+        soon as it has the answer, which may be before the "answered" line is written."""
         if not self.request_log:
             return
         line = json.dumps(
@@ -59,7 +62,7 @@ class ServerState:
                 "id": request_id,
                 "client": client,
                 "pid": os.getpid(),
-                "ready": self.ready.is_set(),
+                "ready": ready,
             }
         )
         with self._lock, open(self.request_log, "a", encoding="utf-8") as log:
@@ -165,7 +168,8 @@ def _handler_class(state: ServerState) -> type[BaseHTTPRequestHandler]:
                 "completion_tokens": 1,
             }
             state.enter(1)  # in flight until its answer (and its access-log line) is out
-            state.log_request("arrived", meta["id"], self.client_address[0])
+            ready = state.ready.is_set()
+            state.log_request("arrived", meta["id"], self.client_address[0], ready)
             try:
                 time.sleep(state.generate_seconds)
                 answer = {"text": " double", "meta_info": meta}
@@ -174,7 +178,7 @@ def _handler_class(state: ServerState) -> type[BaseHTTPRequestHandler]:
                     self._send_events(200, [answer])
                 else:
                     self._send(200, answer)
-                state.log_request("answered", meta["id"], self.client_address[0])
+                state.log_request("answered", meta["id"], self.client_address[0], ready)
             finally:
                 state.enter(-1)
 
