@@ -78,22 +78,21 @@ def play_batches(lines: list[tuple[float, str]], play: str) -> list[Batch]:
     play, or the PLAY RECAP, closes it."""
     batches: list[Batch] = []
     current: Batch | None = None
-    opened = 0.0
     for at, line in lines:
         banner = PLAY_RE.match(line)
         if banner or line.startswith("PLAY RECAP"):
             if current is not None:
-                current.seconds = at - opened
+                current.seconds = at - current.opened
                 batches.append(current)
                 current = None
             if banner and banner.group(1) == play:
-                current, opened = Batch(hosts=[], seconds=0.0, opened=at), at
+                current = Batch(hosts=[], seconds=0.0, opened=at)
             continue
         result = RESULT_RE.match(line)
         if current is not None and result and result.group(1) not in current.hosts:
             current.hosts.append(result.group(1))
     if current is not None:  # a run cut short: the batch ends with its last line
-        current.seconds = (lines[-1][0] if lines else opened) - opened
+        current.seconds = lines[-1][0] - current.opened
         batches.append(current)
     return batches
 
