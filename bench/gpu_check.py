@@ -5,9 +5,11 @@ this module runs the tiers in order, each with what is left of one wall-clock bu
 
   1 build        the library for the GPU's arch and both fault builds (build.sh, in parallel)
   2 quick        one test per kernel variant (QUICK below: the one selection list; marker tier_quick)
-  3 bench-quick  a few shapes per goal (kernel_bench.py --quick), CUDA-graph timing, the goal lines
-  4 full-tests   every other GPU test and the CPU halves (-m "not tier_quick")
-  5 full-bench   the whole benchmark grid
+  3 sanitize     compute-sanitizer racecheck, synccheck, memcheck, initcheck on bench/gpu_sanitize.py's
+                 small shapes (SKIPPED with the reason where the toolkit has no compute-sanitizer)
+  4 bench-quick  a few shapes per goal (kernel_bench.py --quick), CUDA-graph timing, the goal lines
+  5 full-tests   every other GPU test and the CPU halves (-m "not tier_quick")
+  6 full-bench   the whole benchmark grid
 
 A tier starts only while at least its `min_s` is left; one that runs out of budget is stopped (its
 process group) and reported CUT with what it had done. Without a GPU every tier is SKIPPED with the
@@ -26,6 +28,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -48,7 +51,7 @@ PASSED, FAILED, CUT, SKIPPED = "PASSED", "FAILED", "CUT", "SKIPPED"
 class Tier:
     number: int
     name: str
-    kind: str  # "build" | "pytest" | "bench"
+    kind: str  # "build" | "pytest" | "sanitize" | "bench"
     min_s: float  # the least budget left worth starting it (expected durations: docs/gpu-check.md)
     what: str
 
@@ -56,9 +59,10 @@ class Tier:
 TIERS: tuple[Tier, ...] = (
     Tier(1, "build", "build", 30, "build.sh for the GPU's arch + the two fault builds"),
     Tier(2, "quick", "pytest", 45, "one test per kernel variant (-m tier_quick)"),
-    Tier(3, "bench-quick", "bench", 45, "kernel_bench.py --quick: a few shapes per goal"),
-    Tier(4, "full-tests", "pytest", 60, 'every other GPU test + CPU halves (-m "not tier_quick")'),
-    Tier(5, "full-bench", "bench", 60, "kernel_bench.py, the whole grid"),
+    Tier(3, "sanitize", "sanitize", 45, "compute-sanitizer's four tools on a few small shapes"),
+    Tier(4, "bench-quick", "bench", 45, "kernel_bench.py --quick: a few shapes per goal"),
+    Tier(5, "full-tests", "pytest", 60, 'every other GPU test + CPU halves (-m "not tier_quick")'),
+    Tier(6, "full-bench", "bench", 60, "kernel_bench.py, the whole grid"),
 )
 TIER_BY_NAME = {t.name: t for t in TIERS}
 
@@ -71,6 +75,11 @@ GPU_TEST_FILES = (
 FULL_EXTRA_FILES = ("tests/kernel/test_checks_cpu.py",)
 QUICK_MARKER = "tier_quick"
 FAULTS = ("last-tile", "one-split")
+# The sanitizer tier: its tools (run side by side, one process each), its workload, and the most of the
+# budget it may take (the benchmark after it must still start within the default budget).
+SANITIZER_TOOLS = ("racecheck", "synccheck", "memcheck", "initcheck")
+SANITIZE_WORKLOAD = "bench/gpu_sanitize.py"
+SANITIZE_CAP_S = 150.0
 
 
 @dataclass(frozen=True)
@@ -423,7 +432,8 @@ def run_bench(tier: Tier, ctx: Context, timeout_s: float) -> Result:
     (run,) = run_commands([cmd], [log_path], timeout_s, ctx.env(), ctx.root)
     text = log_path.read_text(errors="replace")
     goals = parse_goals(text)
-    rows = sum(1 for line in text.splitlines() if re.match(r"^\s*\d+\s+\d+\s+\d+\s+\d+\s+\d+\s", line))
+    row = re.compile(r"^\s*\d+\s+\d+\s+\d+\s+(\d+|mix\S+)\s+\d+\s")  # H batch n prefix|mix splits
+    rows = sum(1 for line in text.splitlines() if row.match(line))
     if run.returncode is None:
         return Result(tier, CUT, f"stopped at the budget after {rows} shapes", run.seconds, goals=goals)
     if run.returncode != 0 or not goals:
@@ -433,13 +443,88 @@ def run_bench(tier: Tier, ctx: Context, timeout_s: float) -> Result:
     return Result(tier, PASSED, f"{rows} shapes", run.seconds, goals=goals)
 
 
-RUNNERS = {"build": run_build, "pytest": run_pytest, "bench": run_bench}
+def find_sanitizer(nvcc: str) -> Path | None:
+    """compute-sanitizer of the toolkit that built the kernel (beside nvcc, or the toolkit's
+    compute-sanitizer/ folder), else the one on PATH; None when the toolkit has none."""
+    cands = []
+    if nvcc:
+        bindir = Path(nvcc).resolve().parent
+        cands += [bindir / "compute-sanitizer", bindir.parent / "compute-sanitizer" / "compute-sanitizer"]
+    found = shutil.which("compute-sanitizer")
+    cands += [Path(found)] if found else []
+    return next((c for c in cands if c.is_file() and os.access(c, os.X_OK)), None)
+
+
+_SANITIZER_SUMMARY = re.compile(r"(?:ERROR|RACECHECK) SUMMARY: (\d+) (?:errors?|hazards? displayed)")
+_RACECHECK_COUNTS = re.compile(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, (\d+) warnings?")
+
+
+def parse_sanitizer(text: str) -> tuple[int, int] | None:
+    """(errors, warnings) from a compute-sanitizer log's summary line; None when it has none (the run
+    did not finish). racecheck's warnings are hazards it could not prove harmful; they are reported, not
+    failed on."""
+    m = _RACECHECK_COUNTS.search(text)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    m = _SANITIZER_SUMMARY.search(text)
+    return (int(m.group(1)), 0) if m else None
+
+
+def run_sanitize(tier: Tier, ctx: Context, timeout_s: float) -> Result:
+    tool_path = find_sanitizer(ctx.nvcc)
+    if tool_path is None:
+        where = ctx.nvcc or "nvcc"
+        return Result(tier, SKIPPED, f"no compute-sanitizer in the toolkit of {where} or on PATH")
+    workload = [ctx.python, str(ctx.root / SANITIZE_WORKLOAD), "--lib", str(ctx.lib)]
+    cmds = [
+        [str(tool_path), "--tool", tool, "--error-exitcode", "9", "--report-api-errors", "no",
+         "--print-limit", "20", *workload]
+        for tool in SANITIZER_TOOLS
+    ]  # fmt: skip
+    logs = [ctx.dest / f"sanitize-{tool}.txt" for tool in SANITIZER_TOOLS]
+    # exact-size allocations: torch's caching allocator would hide a read past a tensor from memcheck
+    env = ctx.env(PYTORCH_NO_CUDA_MEMORY_CACHING="1")
+    runs = run_commands(cmds, logs, min(timeout_s, SANITIZE_CAP_S), env, ctx.root)
+    seconds = max(r.seconds for r in runs)
+    parts, failures, state = [], [], PASSED
+    for tool, path, run in zip(SANITIZER_TOOLS, logs, runs, strict=True):
+        counts = parse_sanitizer(path.read_text(errors="replace"))
+        if run.returncode is None:
+            parts.append(f"{tool} cut")
+            state = CUT if state == PASSED else state
+        elif counts is None or run.returncode not in (0, 9):
+            parts.append(f"{tool} rc={run.returncode}" + (" (no summary)" if counts is None else ""))
+            failures.append(f"{tool}: see {path.name}")
+            state = FAILED
+        else:
+            errors, warnings = counts
+            parts.append(f"{tool} {errors} errors" + (f" {warnings} warnings" if warnings else ""))
+            if errors or run.returncode:
+                failures.append(f"{tool}: {errors} errors (see {path.name})")
+                state = FAILED
+    return Result(tier, state, "; ".join(parts), seconds, failures=failures)
+
+
+RUNNERS = {"build": run_build, "pytest": run_pytest, "sanitize": run_sanitize, "bench": run_bench}
 
 
 def rehearse(tier: Tier, ctx: Context, reason: str, timeout_s: float) -> Result:
     """A tier that cannot run here: SKIPPED, with the collection (or the benchmark plan) it would run."""
     if tier.kind == "build" or timeout_s < 5:
         return Result(tier, SKIPPED, reason)
+    if tier.kind == "sanitize":
+        log_path = ctx.dest / f"plan-{tier.name}.txt"
+        cmd = [ctx.python, str(ctx.root / SANITIZE_WORKLOAD), "--list"]
+        (run,) = run_commands([cmd], [log_path], timeout_s, ctx.env(), ctx.root)
+        text = log_path.read_text(errors="replace")
+        shapes = sum(1 for line in text.splitlines() if line.startswith("shape: "))
+        tool = find_sanitizer(ctx.nvcc)
+        have = f"compute-sanitizer at {tool}" if tool else "no compute-sanitizer here"
+        if run.returncode == 0 and shapes:
+            would = f"would run {len(SANITIZER_TOOLS)} tools on {shapes} shapes"
+            return Result(tier, SKIPPED, f"{reason}; {would} ({have})", run.seconds)
+        why = f"workload --list rc={run.returncode}, see {log_path.name}"
+        return Result(tier, SKIPPED, f"{reason}; {why}", run.seconds)
     if tier.kind == "pytest":
         log_path = ctx.dest / f"collect-{tier.name}.txt"
         (run,) = run_commands(

@@ -8,16 +8,18 @@
 #   exit 4), the GPU's arch (build.sh --arch-for-cc owns the map; exit 3 without one), a python with
 #   torch + CUDA (exit 5), pytest (from the wheelhouse when missing);
 # then bench/gpu_check.py runs the tiers within ONE wall-clock budget (--budget-s, from this script's
-# start): 1 build, 2 quick (one test per kernel variant), 3 bench-quick, 4 full-tests, 5 full-bench.
+# start): 1 build, 2 quick (one test per kernel variant), 3 sanitize (compute-sanitizer's racecheck,
+# synccheck, memcheck, initcheck on small shapes; SKIPPED where the toolkit has none), 4 bench-quick,
+# 5 full-tests, 6 full-bench.
 # Each tier gets what is left of the budget as its timeout and is reported PASSED / FAILED / CUT
 # (budget) / SKIPPED; without a GPU every tier is SKIPPED after collecting what it would run. The
 # benchmark's goal lines (PASS/FAIL with the figure) do not change the exit status.
 # Results in ${OUT:-./out}/gpu-check/: summary.txt, env.txt, nvidia-smi.txt, build*.log,
-# pytest-<tier>.{txt,xml}, measures-quick.jsonl, bench-<tier>.{txt,json}.
+# pytest-<tier>.{txt,xml}, measures-quick.jsonl, sanitize-<tool>.txt, bench-<tier>.{txt,json}.
 #   scripts/gpu-check.sh [--budget-s N] [--skip-tests] [--skip-bench] [--quick-bench]
 #   scripts/gpu-check.sh --print-arch       only detect: print the GPU's arch; exit 3 without one
 #   scripts/gpu-check.sh --check-driver V   only the driver check, against driver version V (for tests)
-# --quick-bench: no full tiers (build, quick, bench-quick). Environment: KDTREE_PYTHON (python with
+# --quick-bench: no full tiers (build, quick, sanitize, bench-quick). Environment: KDTREE_PYTHON (python with
 #   torch+CUDA; default .cache/sglang-venv/bin/python if it has torch, else python3), KDTREE_NVCC,
 #   KDTREE_BENCH_ARGS (extra kernel_bench.py arguments).
 # Exit: 0 build and quick tier passed, nothing failed; 1 a tier failed; 2 bad arguments; 3 no usable
@@ -38,7 +40,7 @@ while [[ $# -gt 0 ]]; do
       if [[ ! "$budget_s" =~ ^[0-9]+$ || "$budget_s" -lt 1 ]]; then
         echo "gpu-check: --budget-s needs a whole number of seconds >= 1, not '$budget_s'" >&2; exit 2
       fi ;;
-    --skip-tests) skip+="quick,full-tests," ;;
+    --skip-tests) skip+="quick,sanitize,full-tests," ;;
     --skip-bench) skip+="bench-quick,full-bench," ;;
     --quick-bench) skip+="full-tests,full-bench," ;;
     --print-arch) print_arch=1 ;;

@@ -122,3 +122,38 @@ def test_build_sh_owns_the_toolkit_to_driver_rule(release, driver):
     assert "min-driver-for" in SCRIPT.read_text() and not any(
         f"{driver} ;;" in line for line in SCRIPT.read_text().splitlines()
     )
+
+
+class _ReferenceKernel:
+    """Stands in for the library on the CPU: writes the reference into the valid rows (and, with
+    `spill`, into the first row past them, as a kernel that ignores qo_indptr[-1] would)."""
+
+    def __init__(self, spill: bool = False) -> None:
+        self.spill = spill
+
+    def run(self, *, out, block_m, max_extend_len, **case):
+        from kdtree_verify.kernel.reference import verify_attention_reference
+
+        tokens = int(case["qo_indptr"][-1])
+        ref_case = {k: (v[:tokens] if k in ("q", "k_extend", "v_extend") else v) for k, v in case.items()}
+        out[:tokens] = verify_attention_reference(**ref_case).to(out.dtype)
+        if self.spill and out.shape[0] > tokens:
+            out[tokens] = 0
+
+
+def test_every_sanitizer_shape_is_a_valid_case_that_the_reference_passes():
+    pytest.importorskip("torch")
+    import gpu_sanitize
+
+    for shape in gpu_sanitize.SHAPES:
+        assert gpu_sanitize.run_shape(_ReferenceKernel(), shape, device="cpu") is None, shape.name
+
+
+def test_the_sanitizer_workload_sees_a_write_past_the_last_draft_row():
+    pytest.importorskip("torch")
+    import gpu_sanitize
+
+    graph = next(s for s in gpu_sanitize.SHAPES if s.extra_rows)
+    assert gpu_sanitize.run_shape(_ReferenceKernel(spill=True), graph, device="cpu") == (
+        "rows past qo_indptr[-1] were written"
+    )

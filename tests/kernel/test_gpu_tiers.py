@@ -58,22 +58,22 @@ def _fake_runners(clock: Clock, cost: dict[str, float], state: dict[str, str], s
             return gc.Result(tier, gc.CUT, "stopped at the budget", spent)
         return gc.Result(tier, state.get(tier.name, gc.PASSED), "", spent)
 
-    return {"build": runner, "pytest": runner, "bench": runner}
+    return {"build": runner, "pytest": runner, "sanitize": runner, "bench": runner}
 
 
 def test_tiers_run_in_order_each_with_the_rest_of_the_budget_and_the_full_ones_are_cut(tmp_path):
     clock = Clock(0.0)
     budget = gc.Budget(360, started_at=0.0, clock=clock)
-    cost = {"build": 60, "quick": 90, "bench-quick": 90, "full-tests": 600, "full-bench": 600}
+    cost = {"build": 60, "quick": 90, "sanitize": 60, "bench-quick": 90, "full-tests": 600, "full-bench": 600}
     seen: dict[str, float] = {}
     results = gc.run_tiers(_ctx(tmp_path), budget, runners=_fake_runners(clock, cost, {}, seen))
     assert [r.tier.name for r in results] == [t.name for t in gc.TIERS]
-    assert seen["build"] == 350 and seen["quick"] == 290 and seen["bench-quick"] == 200
-    assert seen["full-tests"] == 110  # started with what was left, then stopped at the budget
+    assert seen["build"] == 350 and seen["quick"] == 290 and seen["sanitize"] == 200
+    assert seen["bench-quick"] == 140
     states = [r.state for r in results]
-    assert states == [gc.PASSED, gc.PASSED, gc.PASSED, gc.CUT, gc.CUT]
-    assert "full-bench" not in seen  # nothing left: cut without starting
-    assert "needs >= 60 s" in results[4].detail
+    assert states == [gc.PASSED, gc.PASSED, gc.PASSED, gc.PASSED, gc.CUT, gc.CUT]
+    assert "full-tests" not in seen and "full-bench" not in seen  # 50 s left: cut without starting
+    assert "needs >= 60 s" in results[4].detail and "needs >= 60 s" in results[5].detail
     assert clock.now <= 360  # ended within the budget
     assert gc.exit_code(results) == gc.EXIT_OK  # correct kernel, full tiers cut: still an answer
 
@@ -85,7 +85,7 @@ def test_a_failed_build_skips_everything_after_it(tmp_path):
     results = gc.run_tiers(
         _ctx(tmp_path), budget, runners=_fake_runners(clock, cost, {"build": gc.FAILED}, {})
     )
-    assert [r.state for r in results] == [gc.FAILED] + [gc.SKIPPED] * 4
+    assert [r.state for r in results] == [gc.FAILED] + [gc.SKIPPED] * (len(gc.TIERS) - 1)
     assert all("build failed" in r.detail for r in results[1:])
     assert gc.exit_code(results) == gc.EXIT_FAILED
 
@@ -95,9 +95,12 @@ def test_the_exit_status_wants_build_and_quick_passed_and_nothing_failed():
         return [gc.Result(t, s) for t, s in zip(gc.TIERS, states, strict=False)]
 
     assert gc.exit_code(res(gc.PASSED, gc.PASSED, gc.FAILED)) == gc.EXIT_FAILED  # bench broke
-    assert gc.exit_code(res(gc.PASSED, gc.CUT, gc.CUT, gc.CUT, gc.CUT)) == gc.EXIT_NO_ANSWER
-    assert gc.exit_code(res(gc.PASSED, gc.PASSED, gc.PASSED, gc.FAILED, gc.CUT)) == gc.EXIT_FAILED
-    assert gc.exit_code(res(*[gc.SKIPPED] * 5)) == gc.EXIT_NO_ANSWER
+    assert gc.exit_code(res(gc.PASSED, gc.CUT, gc.CUT, gc.CUT, gc.CUT, gc.CUT)) == gc.EXIT_NO_ANSWER
+    assert gc.exit_code(res(gc.PASSED, gc.PASSED, gc.PASSED, gc.PASSED, gc.FAILED, gc.CUT)) == gc.EXIT_FAILED
+    # a sanitizer error fails the check; a toolkit without compute-sanitizer does not
+    assert gc.exit_code(res(gc.PASSED, gc.PASSED, gc.FAILED, gc.PASSED)) == gc.EXIT_FAILED
+    assert gc.exit_code(res(gc.PASSED, gc.PASSED, gc.SKIPPED, gc.PASSED)) == gc.EXIT_OK
+    assert gc.exit_code(res(*[gc.SKIPPED] * len(gc.TIERS))) == gc.EXIT_NO_ANSWER
 
 
 def test_without_a_gpu_every_tier_is_skipped_with_the_reason(tmp_path):
@@ -111,7 +114,7 @@ def test_without_a_gpu_every_tier_is_skipped_with_the_reason(tmp_path):
     results = gc.run_tiers(
         _ctx(tmp_path), budget, preflight_failed="no GPU: nvidia-smi not found", rehearser=rehearse
     )
-    assert [r.state for r in results] == [gc.SKIPPED] * 5
+    assert [r.state for r in results] == [gc.SKIPPED] * len(gc.TIERS)
     assert all("no GPU: nvidia-smi not found" in r.detail for r in results)
     assert calls == [t.name for t in gc.TIERS]
 
@@ -190,9 +193,10 @@ def test_the_summary_has_every_tier_the_variants_and_the_goals(tmp_path):
     results = [
         gc.Result(gc.TIERS[0], gc.PASSED, "sm_90a", 50),
         gc.Result(gc.TIERS[1], gc.PASSED, "ran 22", 80, outcomes={f"tests/kernel/{quick_node}": "passed"}),
-        gc.Result(gc.TIERS[2], gc.CUT, "stopped at the budget after 3 shapes", 90),
-        gc.Result(gc.TIERS[3], gc.CUT, "budget: 5 s left, needs >= 60 s"),
-        gc.Result(gc.TIERS[4], gc.SKIPPED, "skipped (asked)"),
+        gc.Result(gc.TIERS[2], gc.PASSED, "racecheck 0 errors; synccheck 0 errors", 40),
+        gc.Result(gc.TIERS[3], gc.CUT, "stopped at the budget after 3 shapes", 90),
+        gc.Result(gc.TIERS[4], gc.CUT, "budget: 5 s left, needs >= 60 s"),
+        gc.Result(gc.TIERS[5], gc.SKIPPED, "skipped (asked)"),
     ]
     lines = gc.summary_lines(results, gc.Budget(360, started_at=time.time()), tmp_path)
     text = "\n".join(lines)
@@ -243,3 +247,79 @@ def test_every_quick_node_exists_and_is_the_whole_tier_quick_selection():
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     got = {line.split("tests/kernel/", 1)[1] for line in proc.stdout.splitlines() if "::" in line}
     assert got == set(gc.QUICK), (sorted(set(gc.QUICK) - got), sorted(got - set(gc.QUICK)))
+
+
+RACECHECK_CLEAN = """========= COMPUTE-SANITIZER
+gpu-sanitize: tree bf16 int64 32-row short: matches the reference
+========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)
+"""
+RACECHECK_RACE = """========= Error: Race reported between Write access at verify_attn_kernel+0x1a20
+=========     and Read access at verify_attn_kernel+0x1b00 [512 hazards]
+========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+"""
+MEMCHECK_OOB = """========= Invalid __global__ read of size 16 bytes
+=========     at verify_attn_kernel+0x2f0
+========= ERROR SUMMARY: 3 errors
+"""
+
+
+def test_sanitizer_summaries_are_read_as_errors_and_warnings_and_a_missing_one_is_no_answer():
+    assert gc.parse_sanitizer(RACECHECK_CLEAN) == (0, 0)
+    assert gc.parse_sanitizer(RACECHECK_RACE) == (1, 0)
+    assert gc.parse_sanitizer(MEMCHECK_OOB) == (3, 0)
+    assert gc.parse_sanitizer("========= ERROR SUMMARY: 0 errors\n") == (0, 0)
+    assert gc.parse_sanitizer("gpu-sanitize: tree ...: matches the reference\n") is None  # killed mid-run
+
+
+def _fake_sanitizer(tmp_path: Path, body: str, rc: int) -> Path:
+    """A stand-in compute-sanitizer beside a stand-in nvcc: prints `body` for racecheck and exits `rc`
+    (9: --error-exitcode), a clean summary for the other tools."""
+    bindir = tmp_path / "cuda" / "bin"
+    bindir.mkdir(parents=True)
+    (bindir / "nvcc").write_text("#!/bin/sh\n")
+    tool = bindir / "compute-sanitizer"
+    race = body.replace("'", "")
+    tool.write_text(
+        "#!/bin/bash\n"
+        f"if [[ $2 == racecheck ]]; then printf '%s' '{race}'; exit {rc}; fi\n"
+        "echo '========= ERROR SUMMARY: 0 errors'\n"
+    )
+    for f in (bindir / "nvcc", tool):
+        f.chmod(0o755)
+    return bindir / "nvcc"
+
+
+@pytest.mark.parametrize(
+    ("body", "rc", "state", "detail"),
+    [
+        (
+            RACECHECK_CLEAN,
+            0,
+            gc.PASSED,
+            "racecheck 0 errors; synccheck 0 errors; memcheck 0 errors; initcheck",
+        ),
+        (RACECHECK_RACE, 9, gc.FAILED, "racecheck 1 errors"),
+        (RACECHECK_CLEAN, 1, gc.FAILED, "racecheck rc=1"),  # the workload itself found a mismatch
+        ("killed before its summary", 0, gc.FAILED, "racecheck rc=0 (no summary)"),
+    ],
+)
+def test_the_sanitizer_tier_fails_on_any_reported_error_or_a_run_without_a_summary(
+    tmp_path, body, rc, state, detail
+):
+    nvcc = _fake_sanitizer(tmp_path, body, rc)
+    ctx = gc.Context(ROOT, tmp_path / "dest", sys.executable, "sm_90a", str(nvcc))
+    result = gc.run_sanitize(gc.TIER_BY_NAME["sanitize"], ctx, 30)
+    assert result.state == state and detail in result.detail, result.detail
+    assert (state == gc.PASSED) == (not result.failures)
+
+
+def test_the_sanitizer_tier_is_skipped_with_its_reason_where_the_toolkit_has_none(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    (tmp_path / "bin").mkdir()
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\n")
+    ctx = gc.Context(ROOT, tmp_path / "dest", sys.executable, "sm_90a", str(nvcc))
+    result = gc.run_sanitize(gc.TIER_BY_NAME["sanitize"], ctx, 30)
+    assert result.state == gc.SKIPPED and "no compute-sanitizer" in result.detail
+    passed = [gc.Result(gc.TIERS[0], gc.PASSED), gc.Result(gc.TIERS[1], gc.PASSED)]
+    assert gc.exit_code([*passed, result]) == gc.EXIT_OK
