@@ -3,9 +3,22 @@
 Kimi-K2-like shapes (absorbed MLA; H local heads: 8 at TP8, 64 at TP1): for every (H, batch, n, prefix)
 it prints the kernel time, the bandwidth it achieves (bytes it must move: prefix KV once, q, drafts, out),
 the fraction of its roofline (max of bytes / peak HBM bandwidth and FLOPs / peak dense bf16 MMA rate of
-this GPU), Triton's time on the same inputs, the speedup and the max difference. Times are CUDA-graph
-replays of CALLS_PER_GRAPH back-to-back calls (no Python or ctypes overhead in the figure). Ends with
-the issue's goals, each PASS/FAIL with its figure.
+this GPU), Triton's time on the same inputs, the speedup and the max difference. Ends with the goals,
+each PASS/FAIL with its figure.
+
+Times are COLD: before every timed call a buffer of twice the GPU's L2 is written, so the call reads its
+KV from HBM as a serving step does (one layer's KV is not in L2 when the next step reaches that layer;
+the goal shapes' KV, 9-38 MB, would otherwise sit in an H200's ~50 MB L2 and inflate the bandwidth). The
+figure is the median of COLD_REPS calls timed with CUDA events around the call alone. The warm figure
+(CUDA-graph replays of CALLS_PER_GRAPH back-to-back calls on the same inputs, L2 hot) is printed beside
+it as `warm_us`; no goal reads it. Batches with mixed prefix lengths (MIXED_SHAPES: one long request
+among short ones, the normal case in serving) are timed beside the uniform ones; the roofline goal
+reads uniform batches only (a mixed batch's imbalance is the launch rule's, reported, not judged).
+
+Baselines: SGLang's Triton extend kernel (vendored, it travels with the tree) is the one this check runs.
+On sm_120 it is SGLang's only MLA tree-mask verify path (FlashInfer's MLA serves causal chains only); on
+sm_90 SGLang's FA3 backend already serves MLA tree verify: compare with FA3 there before promoting.
+FlashInfer and FA3 cannot be installed on the offline GPU machine, so this benchmark does not run them.
 
     python bench/kernel_bench.py --lib build/kernel/<arch>/libkdtree_verify.so [--quick] [--json out.json]
     python bench/kernel_bench.py --quick --plan    the shapes and their H200 roofline; no GPU needed
@@ -64,6 +77,14 @@ PEAK_TFLOPS = [
     ("RTX 5090", 209.0),
 ]
 CALLS_PER_GRAPH = 20
+COLD_REPS = 15  # cold calls per shape (median), each after an L2 flush
+FLUSH_MIN_BYTES = 256 << 20  # the flush buffer: twice the L2, at least this
+# Mixed-length batches, (H, n, prefixes): one long request among short ones, the serving mix.
+MIXED_SHAPES = (
+    (8, 4, (131072,) + (2048,) * 7),
+    (8, 4, (32768, 1024, 16384, 512, 8192, 256, 4096, 128)),
+    (16, 4, (65536,) + (1024,) * 31),
+)
 # --quick (gpu-check tier 3): (H, batch, n, prefix), a few shapes for each goal of goals():
 QUICK_SHAPES = (
     (8, 1, 4, 32768),  # >= 80% of roofline at prefix >= 32k, H*n <= 64
@@ -86,12 +107,14 @@ class Row:
     heads: int
     kv_dtype: str
     splits: int
-    kernel_us: float
+    kernel_us: float  # cold (L2 flushed before the call)
     kv_gbps: float
     frac_peak: float  # fraction of the roofline: roofline time / kernel time
-    triton_us: float | None
+    triton_us: float | None  # cold, as kernel_us
     speedup: float | None
     max_abs_diff: float | None
+    warm_us: float | None = None  # graph replays on the same inputs, L2 hot (not judged)
+    prefixes: list[int] | None = None  # a mixed batch's prefix lengths (prefix is their maximum)
 
 
 def import_triton_extend() -> tuple[Any, str]:
@@ -134,26 +157,40 @@ def measured_copy_gbps() -> float:
     return 2 * (1 << 30) / seconds / 1e9
 
 
-def make_inputs(batch: int, n: int, prefix: int, heads: int, kv_dtype: torch.dtype, seed: int) -> dict:
-    """Inputs on the GPU in SGLang's verify layout (equal n per request, as SGLang sends them)."""
+def make_inputs(
+    batch: int, n: int, prefix: int, heads: int, kv_dtype: torch.dtype, seed: int, prefixes=None
+) -> dict:
+    """Inputs on the GPU in SGLang's verify layout (equal n per request, as SGLang sends them); with
+    `prefixes`, request r has prefixes[r] committed tokens (batch = len(prefixes))."""
+    prefixes = list(prefixes) if prefixes is not None else [prefix] * batch
+    batch = len(prefixes)
     gen = torch.Generator(device="cuda").manual_seed(seed)
     tokens = batch * n
-    pool = batch * prefix + 64
+    total = sum(prefixes)
+    pool = total + 64
     dev = "cuda"
     q = torch.randn((tokens, heads, HEAD_DIM_QK), generator=gen, device=dev, dtype=torch.bfloat16)
     k_extend = torch.randn((tokens, 1, HEAD_DIM_QK), generator=gen, device=dev, dtype=torch.bfloat16)
     v_extend = k_extend[..., :HEAD_DIM_V]  # what SGLang's MLA path passes
     kv = torch.randn((pool, 1, HEAD_DIM_QK), generator=gen, device=dev, dtype=torch.bfloat16)
     kv_buffer = kv.to(kv_dtype) if kv_dtype != torch.bfloat16 else kv
-    kv_indices = torch.randperm(pool, generator=gen, device=dev)[: batch * prefix]
+    kv_indices = torch.randperm(pool, generator=gen, device=dev)[:total]
     tree = random_tree_mask(n, torch.Generator().manual_seed(seed)).to(dev)
-    block = torch.ones((n, prefix + n), dtype=torch.bool, device=dev)
-    block[:, prefix:] = tree
-    custom_mask = block.reshape(-1).repeat(batch)
+    blocks = []
+    for p in prefixes:
+        block = torch.ones((n, p + n), dtype=torch.bool, device=dev)
+        block[:, p:] = tree
+        blocks.append(block.reshape(-1))
+    custom_mask = torch.cat(blocks)
     steps = torch.arange(batch + 1, dtype=torch.int32, device=dev)
     qo_indptr = steps * n
-    kv_indptr = steps * prefix
-    mask_indptr = torch.arange(0, batch + 1, dtype=torch.int64, device=dev) * (n * (prefix + n))
+    cum = [0]
+    for p in prefixes:
+        cum.append(cum[-1] + p)
+    kv_indptr = torch.tensor(cum, dtype=torch.int32, device=dev)
+    mask_indptr = torch.tensor(
+        [sum(n * (p + n) for p in prefixes[:i]) for i in range(batch + 1)], dtype=torch.int64, device=dev
+    )
     return {
         "q": q,
         "k_extend": k_extend,
@@ -194,6 +231,33 @@ def time_call(fn, calls: int = CALLS_PER_GRAPH, replays: int = 10) -> float:
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) * 1e3 / (replays * calls)
+
+
+class ColdTimer:
+    """Microseconds of one call with the L2 flushed before it: a write of twice the L2 (at least
+    FLUSH_MIN_BYTES) precedes each call on the same stream, CUDA events around the call alone, the
+    median of `reps` calls after two warm-ups. The host enqueues the call while the flush runs, so its
+    launch overhead is hidden as in a serving step's stream of launches."""
+
+    def __init__(self) -> None:
+        l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 0)
+        self.flush_bytes = max(2 * l2, FLUSH_MIN_BYTES)
+        self.l2_bytes = l2
+        self.buffer = torch.empty(self.flush_bytes, dtype=torch.uint8, device="cuda")
+
+    def __call__(self, fn, reps: int = COLD_REPS) -> float:
+        fn()
+        fn()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for start, end in zip(starts, ends, strict=True):
+            self.buffer.fill_(1)
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        times = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True))
+        return times[len(times) // 2]
 
 
 def counter_cost(vk, kv_dtype) -> dict:
@@ -254,27 +318,41 @@ def timing_cost(calls: int = 20000, cuda: bool = False) -> dict:
 
 
 def roofline_us(batch: int, n: int, prefix: int, heads: int, kv_elem: int, gbps: float, tflops: float | None):
-    """(bytes, FLOPs, roofline microseconds) of one call."""
-    tokens = batch * n
+    """(bytes, FLOPs, roofline microseconds) of one call on a uniform batch."""
+    return roofline_mixed([prefix] * batch, n, heads, kv_elem, gbps, tflops)
+
+
+def roofline_mixed(prefixes, n: int, heads: int, kv_elem: int, gbps: float, tflops: float | None):
+    """(bytes, FLOPs, roofline microseconds) of one call whose request r has prefixes[r] keys."""
+    tokens = len(prefixes) * n
     nbytes = (
-        batch * prefix * HEAD_DIM_QK * kv_elem  # prefix KV, once
+        sum(prefixes) * HEAD_DIM_QK * kv_elem  # prefix KV, once
         + tokens * heads * (HEAD_DIM_QK + HEAD_DIM_V) * 2  # q in, out
         + tokens * (HEAD_DIM_QK + HEAD_DIM_V) * 2  # draft K, V
     )
-    flops = FLOPS_PER_KEY_ROW * tokens * heads * (prefix + n)
+    flops = FLOPS_PER_KEY_ROW * n * heads * sum(p + n for p in prefixes)
     t = nbytes / (gbps * 1e9)
     if tflops:
         t = max(t, flops / (tflops * 1e12))
     return nbytes, flops, t * 1e6
 
 
-def bench_shape(vk, triton_fwd, batch, n, prefix, heads, kv_dtype, peak, tflops, block_m=0) -> Row:
-    inputs = make_inputs(batch, n, prefix, heads, kv_dtype, seed=batch * 1000 + n * 7 + prefix)
+def bench_shape(
+    vk, triton_fwd, batch, n, prefix, heads, kv_dtype, peak, tflops, block_m=0, cold=None, prefixes=None
+) -> Row:
+    """One shape: cold kernel and Triton times (ColdTimer), the warm kernel time beside them."""
+    cold = cold or ColdTimer()
+    if prefixes is not None:
+        batch, prefix = len(prefixes), max(prefixes)
+    seed = batch * 1000 + n * 7 + prefix
+    inputs = make_inputs(batch, n, prefix, heads, kv_dtype, seed=seed, prefixes=prefixes)
     tokens = batch * n
     out = torch.empty((tokens, heads, HEAD_DIM_V), dtype=torch.bfloat16, device="cuda")
-    kernel_us = time_call(lambda: vk.run(**inputs, out=out, block_m=block_m))
+    warm_us = time_call(lambda: vk.run(**inputs, out=out, block_m=block_m))
+    kernel_us = cold(lambda: vk.run(**inputs, out=out, block_m=block_m))
     elem = inputs["kv_buffer"].element_size()
-    nbytes, _flops, roof_us = roofline_us(batch, n, prefix, heads, elem, peak or 1.0, tflops)
+    all_prefixes = list(prefixes) if prefixes is not None else [prefix] * batch
+    nbytes, _flops, roof_us = roofline_mixed(all_prefixes, n, heads, elem, peak or 1.0, tflops)
     kv_gbps = nbytes / (kernel_us * 1e-6) / 1e9
     splits = int(
         vk.lib.kdtree_verify_num_splits(
@@ -311,7 +389,7 @@ def bench_shape(vk, triton_fwd, batch, n, prefix, heads, kv_dtype, peak, tflops,
                 sm_scale=inputs["sm_scale"],
             )
 
-        triton_us = time_call(run_triton)
+        triton_us = cold(run_triton)
         speedup = triton_us / kernel_us
         diff = float((o_triton.float() - out.float()).abs().max())
     frac = roof_us / kernel_us if peak else float("nan")
@@ -328,6 +406,8 @@ def bench_shape(vk, triton_fwd, batch, n, prefix, heads, kv_dtype, peak, tflops,
         triton_us,
         speedup,
         diff,
+        warm_us,
+        list(prefixes) if prefixes is not None else None,
     )
 
 
@@ -338,7 +418,8 @@ def fmt(value: float | None, spec: str) -> str:
 def goals(rows: list[Row]) -> list[tuple[str, str]]:
     """The issue's performance goals: (text with the figure, PASS | FAIL | NOT MEASURED)."""
     out = []
-    sel = [r for r in rows if r.prefix >= 32768 and r.heads * r.n <= 64 and not math.isnan(r.frac_peak)]
+    uniform = [r for r in rows if r.prefixes is None]  # a mixed batch's imbalance is reported, not judged
+    sel = [r for r in uniform if r.prefix >= 32768 and r.heads * r.n <= 64 and not math.isnan(r.frac_peak)]
     if sel:
         worst = min(sel, key=lambda r: r.frac_peak)
         out.append(
@@ -393,6 +474,15 @@ def select_shapes(args: argparse.Namespace) -> list[tuple[int, int, int, int]]:
     return [(h, b, n, p) for h in parse_list(args.heads) for b in batches for n in ns for p in prefixes]
 
 
+def select_mixed(args: argparse.Namespace) -> list[tuple[int, int, tuple[int, ...]]]:
+    """(H, n, prefixes) of the mixed batches to time: the first two with --quick, else all."""
+    return list(MIXED_SHAPES[:2] if args.quick else MIXED_SHAPES)
+
+
+def mix_label(prefixes) -> str:
+    return f"mix{len(prefixes)}:{max(prefixes) // 1024}k+{len(prefixes) - 1}"
+
+
 def plan(shapes: list[tuple[int, int, int, int]], args: argparse.Namespace) -> int:
     """The benchmark's CPU path: every shape with its bytes and roofline on PLAN_DEVICE, whether SGLang's
     Triton kernel imports, and the goals it would judge (the GPU rehearsal runs this)."""
@@ -406,6 +496,13 @@ def plan(shapes: list[tuple[int, int, int, int]], args: argparse.Namespace) -> i
             f"plan: H={heads} batch={batch} n={n} prefix={prefix} bytes={nbytes} flops={flops} "
             f"roof_us={us:.2f}"
         )
+    for heads, n, prefixes in select_mixed(args):
+        nbytes, flops, us = roofline_mixed(prefixes, n, heads, elem, peak, tflops)
+        print(
+            f"plan: H={heads} batch={len(prefixes)} n={n} prefixes={','.join(map(str, prefixes))} "
+            f"bytes={nbytes} flops={flops} roof_us={us:.2f}"
+        )
+    print("timing: cold (L2 flushed before each call, median of COLD_REPS), warm beside it (not judged)")
     fwd, where = import_triton_extend()
     print(f"triton: {where if fwd is not None else 'NOT importable: ' + where}")
     print("goals:")
@@ -453,7 +550,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"library: {lib}  ({vk.meta['build_info']})")
     print(
         f"peak HBM: {fmt(peak, '.0f')} GB/s [{peak_src}]  peak bf16 MMA: {fmt(tflops, '.0f')} TFLOP/s  "
-        f"measured D2D copy: {copy_gbps:.0f} GB/s  timing: CUDA graphs of {CALLS_PER_GRAPH} calls"
+        f"measured D2D copy: {copy_gbps:.0f} GB/s"
+    )
+    cold = ColdTimer()
+    print(
+        f"timing: cold = median of {COLD_REPS} calls, each after writing {cold.flush_bytes >> 20} MiB "
+        f"(L2 {cold.l2_bytes >> 20} MiB); warm_us = CUDA graphs of {CALLS_PER_GRAPH} calls on the same "
+        "inputs, L2 hot (not judged)"
+    )
+    print(
+        "baselines: SGLang's Triton extend kernel (the triton columns). Not run here: FlashInfer's MLA "
+        "(causal chains; the alternative on sm_120) and SGLang's FA3 (serves MLA tree verify on sm_90)"
     )
     if triton_fwd is None:
         print(
@@ -463,23 +570,29 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"triton: {triton_src}")
     header = (
-        f"{'H':>3} {'batch':>5} {'n':>3} {'prefix':>7} {'splits':>6} {'kernel_us':>10} {'GB/s':>8} "
-        f"{'%roof':>6} {'triton_us':>10} {'speedup':>8} {'max|diff|':>9}"
+        f"{'H':>3} {'batch':>5} {'n':>3} {'prefix':>12} {'splits':>6} {'kernel_us':>10} {'GB/s':>8} "
+        f"{'%roof':>6} {'triton_us':>10} {'speedup':>8} {'max|diff|':>9} {'warm_us':>9}"
     )
     print(header)
     rows: list[Row] = []
-    for heads, batch, n, prefix in shapes:
-        pool_gb = (batch * prefix + 64) * HEAD_DIM_QK * (1 if args.kv_dtype == "fp8" else 2) / 1e9
+    todo = [(h, b, n, p, None) for h, b, n, p in shapes]
+    todo += [(h, len(ps), n, max(ps), ps) for h, n, ps in select_mixed(args)]
+    for heads, batch, n, prefix, prefixes in todo:
+        keys = sum(prefixes) if prefixes else batch * prefix
+        label = mix_label(prefixes) if prefixes else str(prefix)
+        pool_gb = (keys + 64) * HEAD_DIM_QK * (1 if args.kv_dtype == "fp8" else 2) / 1e9
         if pool_gb > args.max_pool_gb:
-            print(f"{heads:>3} {batch:>5} {n:>3} {prefix:>7}  skipped: KV pool {pool_gb:.1f} GB")
+            print(f"{heads:>3} {batch:>5} {n:>3} {label:>12}  skipped: KV pool {pool_gb:.1f} GB")
             continue
-        row = bench_shape(vk, triton_fwd, batch, n, prefix, heads, kv_dtype, peak, tflops, args.block_m)
+        row = bench_shape(
+            vk, triton_fwd, batch, n, prefix, heads, kv_dtype, peak, tflops, args.block_m, cold, prefixes
+        )
         rows.append(row)
         print(
-            f"{heads:>3} {batch:>5} {n:>3} {prefix:>7} {row.splits:>6} {row.kernel_us:>10.1f} "
+            f"{heads:>3} {batch:>5} {n:>3} {label:>12} {row.splits:>6} {row.kernel_us:>10.1f} "
             f"{row.kv_gbps:>8.0f} "
             f"{fmt(row.frac_peak * 100 if peak else None, '.0f'):>6} {fmt(row.triton_us, '.1f'):>10} "
-            f"{fmt(row.speedup, '.2f'):>8} {fmt(row.max_abs_diff, '.3g'):>9}",
+            f"{fmt(row.speedup, '.2f'):>8} {fmt(row.max_abs_diff, '.3g'):>9} {fmt(row.warm_us, '.1f'):>9}",
             flush=True,
         )
         torch.cuda.empty_cache()
@@ -506,6 +619,11 @@ def main(argv: list[str] | None = None) -> int:
                     "device": name,
                     "peak_gbps": peak,
                     "copy_gbps": copy_gbps,
+                    "timing": {
+                        "cold_reps": COLD_REPS,
+                        "flush_bytes": cold.flush_bytes,
+                        "l2_bytes": cold.l2_bytes,
+                    },
                     "triton": triton_src if triton_fwd else None,
                     "rows": [asdict(r) for r in rows],
                     "call_counter": cost,

@@ -56,3 +56,32 @@ def test_the_host_clock_s_cost_per_call_is_measured_and_small():
     cost = kb.timing_cost(calls=5000)
     # the CPU figure the kernel benchmark prints beside the CUDA one (docs/operations.md "Modes")
     assert 0 < cost["host_clock_us"] < 50, cost
+
+
+def test_a_mixed_batch_s_roofline_counts_each_request_s_own_keys():
+    prefixes = [131072] + [2048] * 7
+    nbytes, flops, _us = kb.roofline_mixed(prefixes, 4, 8, 2, 4800.0, 989.0)
+    assert (
+        nbytes
+        == sum(prefixes) * HEAD_DIM_QK * 2
+        + 32 * 8 * (HEAD_DIM_QK + HEAD_DIM_V) * 2
+        + 32 * (HEAD_DIM_QK + HEAD_DIM_V) * 2
+    )
+    assert flops == 2 * (HEAD_DIM_QK + HEAD_DIM_V) * 4 * 8 * sum(p + 4 for p in prefixes)
+    assert kb.roofline_mixed([4096] * 3, 4, 8, 2, 4800.0, 989.0) == kb.roofline_us(
+        3, 4, 4096, 8, 2, 4800.0, 989.0
+    )
+
+
+def test_a_mixed_batch_is_reported_but_not_judged_against_the_roofline():
+    mixed = _row(frac_peak=0.1, prefixes=[131072] + [2048] * 7, batch=8, prefix=131072)
+    verdicts = [v for _, v in kb.goals([_row(), mixed])]
+    assert verdicts[0] == "PASS"  # the uniform row's 90%, not the mixed row's 10%
+    assert kb.goals([mixed])[0][1].startswith("NOT MEASURED")
+
+
+def test_the_plan_lists_the_mixed_batches_and_says_times_are_cold(capsys):
+    args = kb.argparse.Namespace(quick=True, peak_gbps=None, peak_tflops=None, kv_dtype="bf16")
+    kb.plan(kb.select_shapes(args), args)
+    out = capsys.readouterr().out
+    assert out.count("prefixes=") == 2 and "cold (L2 flushed" in out
