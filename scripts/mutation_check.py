@@ -35,19 +35,21 @@ PKG = f"{EXT}/kdtree_verify"
 SMOKE = "plugins/module_utils/_smoke_judge.py"  # the rules of the smoke check: judge()
 REPORT = "plugins/module_utils/_report.py"  # the host side (the kdtree_report module's)
 REPORT_TABLE = "plugins/plugin_utils/_report_table.py"  # the controller side: rows and the table
-REPORT_TESTS = "tests/roles/test_report.py"
+REPORT_TESTS = "tests/unit/plugins/module_utils/test__report.py"
+REPORT_TABLE_TESTS = "tests/unit/plugins/plugin_utils/test__report_table.py"
 PROMOTE = "plugins/plugin_utils/_promote.py"
-PROMOTE_RULES = "tests/roles/test_promote.py::test_each_rule_keeps_the_host_in_validate_and_says_why"
+PROMOTE_TESTS = "tests/unit/plugins/plugin_utils/test__promote.py"
+PROMOTE_RULES = f"{PROMOTE_TESTS}::test_each_rule_keeps_the_host_in_validate_and_says_why"
 HTTP = "plugins/module_utils/_http_client.py"
-HTTP_TESTS = "tests/unit/plugins/module_utils/test_http_client.py"
+HTTP_TESTS = "tests/unit/plugins/module_utils/test__http_client.py"
 LOCK = "plugins/module_utils/_lock.py"
-LOCK_TESTS = "tests/unit/plugins/module_utils/test_lock.py"
+LOCK_TESTS = "tests/unit/plugins/module_utils/test__lock.py"
 HISTORY = "plugins/module_utils/_history.py"
-HISTORY_TESTS = "tests/unit/plugins/module_utils/test_history.py"
+HISTORY_TESTS = "tests/unit/plugins/module_utils/test__history.py"
 # the restore of a last good deploy against the service role's drop-in rule (role-rendered entries)
 HISTORY_RESTORE_TESTS = "tests/roles/test_history.py"
 PREFLIGHT = "plugins/module_utils/_preflight.py"
-PREFLIGHT_TESTS = "tests/unit/plugins/module_utils/test_preflight.py"
+PREFLIGHT_TESTS = "tests/unit/plugins/module_utils/test__preflight.py"
 PATH_SAFETY = "plugins/module_utils/_path_safety.py"
 UNIT_ENV = "plugins/module_utils/_unit_env.py"
 ROUTER = "plugins/module_utils/_router.py"
@@ -167,7 +169,7 @@ MUTANTS = (
         "rows",
         r'out\.append\(\{"host": host, "errors": \[why\], "problems": \[why\]\}\)',
         "pass",
-        (REPORT_TESTS, "-k", "every_host"),
+        (REPORT_TABLE_TESTS, "-k", "every_host"),
         "the fleet report leaves out an unreachable host instead of a row that says so",
     ),
     Mutant(
@@ -350,7 +352,7 @@ MUTANTS = (
         r'out\.extend\(env\.get\(word\[1:\], ""\)\.split\(\)\)',
         'out.append(env.get(word[1:], ""))',
         (
-            "tests/unit/plugins/module_utils/test_unit_env.py::test_exec_dollar_expansion_splits_a_lone_variable_and_keeps_braces_whole",
+            "tests/unit/plugins/module_utils/test__unit_env.py::test_exec_dollar_expansion_splits_a_lone_variable_and_keeps_braces_whole",
             f"{PREFLIGHT_TESTS}::test_a_dollar_word_becomes_the_value_s_words_and_braces_keep_one_word",
         ),
         "a lone $VAR in ExecStart= stays one word instead of the value's words",
@@ -371,7 +373,7 @@ MUTANTS = (
         "judge_scheduler",
         r"if after\.nonfinite:",
         "if False:",
-        ("tests/unit/plugins/module_utils/test_smoke_traffic.py", "-k", "non_finite"),
+        ("tests/unit/plugins/module_utils/test__smoke_traffic.py", "-k", "non_finite"),
         "the traffic check passes a scheduler whose validate statistics hold NaN/inf",
     ),
     Mutant(

@@ -15,16 +15,27 @@ import time
 import pytest
 import yaml
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
+from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.report_host import (  # noqa: F401 (fixtures)
+    counters,
+    gather,
+    health_server,
+    host,
+    status,
+)
+from ansible_collections.kdtree.fleet.tests.unit.plugins.plugin_utils.promote_rows import (
+    date_deploy,
+    good_row,
+    judge,
+    write_schedulers,
+)
 from conftest import PATCH_DIR, ROOT
-from test_promote import _date_deploy, _write_schedulers, good_row, judge
-from test_report import counters, gather, health_server, host, status  # noqa: F401 (fixtures)
 
 WINDOW = tuple(runpy.run_path(str(PATCH_DIR / "kdtree_verify/target.py"))["SUPPORTED_SGLANG_VERSIONS"])
 
 
 def _write(fixture, version: str) -> None:
-    """Both schedulers in validate, enough compared and timed calls (test_promote's), on `version`."""
-    _write_schedulers(fixture, time.time(), sglang=version)
+    """Both schedulers in validate, enough compared and timed calls (write_schedulers), on `version`."""
+    write_schedulers(fixture, time.time(), sglang=version)
 
 
 @pytest.mark.parametrize(
@@ -37,7 +48,7 @@ def test_a_gathered_row_says_the_release_and_whether_the_patch_s_window_holds_it
     in_window,
 ):
     host.deploy(nccl_env={})
-    _date_deploy(host, time.time() - 60)
+    date_deploy(host, time.time() - 60)
     _write(host, version)
     row = gather(host, health_server)
     assert row["sglang_versions"] == [version]

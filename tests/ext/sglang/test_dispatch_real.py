@@ -6,11 +6,12 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-import torch
-from kdtree_verify.inject import lifecycle
-from kdtree_verify.kernel import binding as kernel
-from kdtree_verify.kernel.reference import ReferenceKernel
-from verify_cases import QK, VD, make_case
+
+torch = pytest.importorskip("torch")  # the optional suites skip where torch is absent
+from kdtree_verify.inject import lifecycle  # noqa: E402
+from kdtree_verify.kernel import binding as kernel  # noqa: E402
+from kdtree_verify.kernel.reference import ReferenceKernel  # noqa: E402
+from verify_cases import QK, VD, make_case  # noqa: E402
 
 tb = pytest.importorskip("sglang.srt.layers.attention.triton_backend")
 from sglang.srt.layers.radix_attention import RadixAttention  # noqa: E402

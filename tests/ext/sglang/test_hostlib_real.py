@@ -8,11 +8,12 @@ import subprocess
 from types import SimpleNamespace
 
 import pytest
-import torch
-from extlib import ROOT
-from kdtree_verify.inject import lifecycle
-from kdtree_verify.state import STATE
-from verify_cases import QK, VD, make_case
+
+torch = pytest.importorskip("torch")  # the optional suites skip where torch is absent
+from extlib import ROOT  # noqa: E402
+from kdtree_verify.inject import lifecycle  # noqa: E402
+from kdtree_verify.state import STATE  # noqa: E402
+from verify_cases import QK, VD, make_case  # noqa: E402
 
 tb = pytest.importorskip("sglang.srt.layers.attention.triton_backend")
 from sglang.srt.layers.radix_attention import RadixAttention  # noqa: E402

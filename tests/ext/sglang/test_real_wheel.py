@@ -9,15 +9,16 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-from extlib import EXT_DIR, clean_env
-from kdtree_verify import target
-from kdtree_verify.inject import lifecycle
-from kdtree_verify.kernel import binding as kernel
-from kdtree_verify.kernel.reference import verify_attention_reference
-from kdtree_verify.telemetry import marker
-from verify_cases import VD, make_case
-from wheel_release import INSTALLED, KV_WRITE_FORM, RELEASE
+
+torch = pytest.importorskip("torch")  # the optional suites skip where torch is absent
+from extlib import EXT_DIR, clean_env  # noqa: E402
+from kdtree_verify import target  # noqa: E402
+from kdtree_verify.inject import lifecycle  # noqa: E402
+from kdtree_verify.kernel import binding as kernel  # noqa: E402
+from kdtree_verify.kernel.reference import verify_attention_reference  # noqa: E402
+from kdtree_verify.telemetry import marker  # noqa: E402
+from verify_cases import VD, make_case  # noqa: E402
+from wheel_release import INSTALLED, KV_WRITE_FORM, RELEASE  # noqa: E402
 
 tb = pytest.importorskip("sglang.srt.layers.attention.triton_backend")
 MARKER = re.compile(r"^kdtree-verify: pid=(\d+) .* state=(\w+) ", re.M)

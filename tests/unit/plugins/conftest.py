@@ -1,5 +1,6 @@
 """Fixtures of the plugins' unit tests: the smoke check's host reader and the patch's marker module,
-loaded the way the kdtree_smoke module loads them (from the collection's files/sglang_ext)."""
+loaded the way the kdtree_smoke module loads them (from the collection's files/sglang_ext); the fleet
+report's fixture host and /health server (module_utils/report_host.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ from types import ModuleType
 
 import pytest
 from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR
+from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.report_host import (  # noqa: F401 (fixtures)
+    health_server,
+    host,
+)
 
 
 @pytest.fixture(scope="module")

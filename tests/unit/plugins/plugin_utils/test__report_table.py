@@ -1,0 +1,178 @@
+"""The fleet report's rows and table on the controller (plugin_utils/_report_table, filters
+kdtree_report_rows/kdtree_report_table): a column per field, aligned lines, a line per scheduler under
+its host, every host a row in the inventory's order. The host side: tests/unit/plugins/module_utils/
+test__report.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from ansible_collections.kdtree.fleet.plugins.filter import report as report_filter
+from ansible_collections.kdtree.fleet.plugins.module_utils import _report as report
+from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
+
+# ---------------------------------------------------------------------------------------------
+# the table and the rows (controller side)
+
+
+def _row(host: str, **over) -> dict:
+    row = {
+        "host": host,
+        "unit": "sglang.service",
+        "unit_state": "active/running",
+        "health": "ok",
+        "node_rank": 0,
+        "arch": "sm_120a",
+        "compute_capability": "12.0",
+        "deployed": True,
+        "build_id": "0123456789abcdef",
+        "patch_digest": "fedcba987654",
+        "mode": "validate",
+        "speculative_algorithm": "DFLASH",
+        "spec_accept_length": 2.5,
+        "marker_state": "active",
+        "schedulers_patched": 8,
+        "schedulers_expected": 8,
+        "kernel_calls": 1234,
+        "fallbacks": 12,
+        "fallback_top_reason": "shape",
+        "runtime_fallbacks": 0,
+        "validate_compared": 1234,
+        "validate_mismatches": 0,
+        "validate_max_diff": 0.00049,
+        "nccl_env_ok": True,
+        "last_deploy": {
+            "result": "healthy",
+            "when": "2026-11-30T12:00:00Z",
+            "why": "ok",
+            "rolled_back_to": "",
+        },
+        "problems": [],
+    }
+    row.update(over)
+    return row
+
+
+def test_the_table_has_a_column_per_field_and_one_aligned_line_per_host():
+    rows = [
+        _row("gpu-node-01.example.internal"),
+        _row(
+            "gpu-2",
+            schedulers_patched=7,
+            fallbacks=None,
+            fallback_top_reason="",
+            kernel_calls=None,
+            nccl_env_ok=False,
+            last_deploy={
+                "result": "rolled_back",
+                "rolled_back_to": "previous 2026",
+                "when": "2026-11-30T13:00:00Z",
+                "why": "kdtree_smoke: a traceback",
+            },
+            problems=["7/8 schedulers active"],
+        ),
+    ]
+    table = report_filter.kdtree_report_table(rows)
+    header, first, second = table.splitlines()
+    heads = [head for _, head in report_table.COLUMNS]
+    assert re.split(r"\s{2,}", header) == heads
+    starts = [header.index(head) for head in heads]
+    for line in (first, second):
+        for start in starts[1:]:
+            assert line[start - 2 : start] == "  " and line[start] != " ", (line, start)
+    cells1 = re.split(r"\s{2,}", first)
+    assert cells1[:13] == [
+        "gpu-node-01.example.internal",
+        "ok",
+        "sm_120a/12.0",
+        "0123456789abcdef",
+        "fedcba987654",
+        "validate",
+        "-",  # SGLANG: the row names no release (test_sglang_window has the column's cases)
+        "DFLASH",
+        "2.50",
+        "active/running",
+        "ok",
+        "8/8",
+        "1234",
+    ]
+    assert (
+        "12 (shape)" in cells1 and "0/1234 max 0.00049" in cells1 and "healthy 2026-11-30T12:00:00Z" in first
+    )
+    assert first.endswith("  -")  # no notes
+    assert " CHECK " in second and " 7/8 " in second and " DIFF " in second
+    assert "rolled_back->previous 2026-11-30T13:00:00Z kdtree_smoke: a traceback" in second
+    assert second.endswith("7/8 schedulers active")
+
+
+def test_under_each_host_every_scheduler_has_a_line_with_its_own_kernel_calls():
+    files = [
+        {
+            "pid": 4242,
+            "title": "sglang::scheduler_TP0",
+            "mode": "on",
+            "state": "active",
+            "counters": {"kernel_calls": 2, "kernel_calls_device": 21, "original_calls": {"shape": 3}},
+        },
+        {
+            "pid": 4243,
+            "title": "sglang::scheduler_TP1",
+            "mode": "on",
+            "state": "active",
+            "counters": {
+                "kernel_calls": 0,
+                "original_calls": {"dtype": 9, "shape": 1},
+                "runtime_fallbacks": 1,
+            },
+        },
+    ]
+
+    class Reader:
+        def process_start(self, pid):
+            return 1.0
+
+    schedulers = report.scheduler_details(Reader(), files)
+    assert [(s["pid"], s["kernel_calls"], s["fallbacks"], s["fallback_top_reason"]) for s in schedulers] == [
+        (4242, 21, 3, "shape"),
+        (4243, 0, 10, "dtype"),
+    ]
+    rows = [
+        _row("gpu-1", mode="on", kernel_calls=21, schedulers=schedulers),
+        _row("gpu-2", schedulers=[]),
+    ]
+    lines = report_table.format_table(rows).splitlines()
+    assert len(lines) == 1 + 3 + 1, lines
+    header, host, tp0, tp1, other = lines
+    assert host.startswith("gpu-1 ") and other.startswith("gpu-2 ")
+    kernel_at = header.index("KERNEL")
+    tp1_calls = "0 (all to original)"  # its 10 calls went to the original code
+    for line, pid, calls, fallbacks in ((tp0, 4242, "21", "3 (shape)"), (tp1, 4243, tp1_calls, "10 (dtype)")):
+        assert line.startswith(f"  scheduler_TP{pid - 4242} pid {pid}"), line
+        assert line[kernel_at:].split("  ")[0] == calls, line
+        assert f"  {fallbacks}  " in line and "  active  " in line and "  on  " in line
+    rt_fb, coverage = header.index("RT_FB"), header.index("COVERAGE")
+    assert tp1[rt_fb:].split("  ")[0] == "1"  # its runtime fallback; no validate cell on a scheduler line
+    assert tp1[coverage:] == "0% (dtype 9, shape 1)" and tp0[coverage:] == "40% (shape 3)"
+
+
+def test_rows_keep_the_hosts_order_and_give_every_host_a_row():
+    results = [
+        {"changed": False, "row": _row("ignored")},
+        {"unreachable": True, "msg": "ssh: connect to host port 22: Connection refused"},
+        {},
+        {"failed": True, "msg": "boom"},
+    ]
+    rows = report_filter.kdtree_report_rows(results, ["a", "b", "c", "d"])
+    assert [r["host"] for r in rows] == ["a", "b", "c", "d"]
+    assert rows[1]["problems"][0].startswith("unreachable: ssh")
+    assert "failed or was skipped" in rows[2]["problems"][0] and rows[3]["problems"] == [
+        "report failed: boom"
+    ]
+    lines = report_table.format_table(rows).splitlines()
+    assert len(lines) == 5 and lines[2].startswith("b ") and "unreachable: ssh" in lines[2]
+    json.dumps(rows)
+    with pytest.raises(Exception, match="2 results for 1 hosts"):
+        report_filter.kdtree_report_rows([{}, {}], ["a"])
