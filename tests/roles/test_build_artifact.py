@@ -4,7 +4,8 @@ installs the artifact; a tampered artifact is refused on the host; another nvcc 
 driver is checked against the toolkit (files/csrc/build.sh --min-driver-for); check mode says the path.
 The kernel is the host test double (tests/doubles/hostlib, g++ in seconds, the build role's interface);
 nvcc is a wrapper script that prints a version (only nvcc 13.0 exists on these machines). The build root
-lies under this worktree's build/ (root-owned, not world-writable: the role refuses /tmp)."""
+is a scratch directory the role accepts from any clone, /tmp/<clone> included (scratch_root.py: the
+clone's build/ when its path is root-owned and not group/world-writable, else a safe parent of its own)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 from conftest import PLAYBOOK_BIN, ROOT, run_play
+from scratch_root import safe_parent
 
 pytestmark = [
     pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv"),
@@ -31,8 +33,7 @@ HOSTLIB = ROOT / "tests" / "doubles" / "hostlib"
 
 def _make_fleet(tmp: Path) -> dict:
     """A base for a build root per "host" (all on this machine), a controller cache, fake nvcc, nvidia-smi."""
-    base = ROOT / "build" / f"test-artifact-{uuid.uuid4().hex[:8]}"
-    base.mkdir(parents=True)
+    base = Path(tempfile.mkdtemp(prefix="test-artifact-", dir=safe_parent()))
     base.chmod(0o755)
     fake = tmp / "bin"
     fake.mkdir(parents=True)

@@ -1,19 +1,19 @@
 """roles/kdtree_patch installs the patch as ONE archive checked against its manifest on the host (no
 per-file loop), through ansible-playbook on localhost: the installed tree is the source's, byte for byte,
 root-owned, directories 0755 and files 0644; a second run changes nothing; a drifted copy (a mode, a stray
-file) is replaced as a whole. The patch root lies under this worktree's build/ (the role refuses /tmp)."""
+file) is replaced as a whole. The patch root is a scratch directory the role accepts from any clone,
+/tmp/<clone> included (scratch_root.py; the role refuses a root under /tmp itself)."""
 
 from __future__ import annotations
 
 import re
-import shutil
 import stat
-import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import PATCH_DIR, PLAYBOOK_BIN, ROOT, run_play
+from scratch_root import scratch_root
 
 pytestmark = pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv")
 
@@ -22,11 +22,8 @@ TASKS = ROOT / "roles" / "kdtree_patch" / "tasks"
 
 @pytest.fixture
 def patch_root():
-    base = ROOT / "build" / f"test-patch-{uuid.uuid4().hex[:8]}"
-    base.mkdir(parents=True)
-    base.chmod(0o755)
-    yield base / "patches"
-    shutil.rmtree(base, ignore_errors=True)
+    with scratch_root("test-patch-") as base:
+        yield base / "patches"
 
 
 def _install(tmp_path: Path, root: Path, source: Path = PATCH_DIR) -> tuple[int, str]:
