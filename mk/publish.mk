@@ -11,7 +11,7 @@ PUB_TARBALL = $(PUB_OUT)/kdtree-fleet-$(shell sed -n 's/^version: *//p' galaxy.y
 PUB_TIME = start=$$(date +%s); trap 'echo "$@: $$(( $$(date +%s) - start )) s"' EXIT;
 
 # The check venvs: ansible-core 2.19, 2.20, 2.21 (2.20 and 2.21 need a Python >= 3.12 controller:
-# PUB_PYTHON), the docs/changelog/builder tools (in 2.21's) and Galaxy's importer.
+# PUB_PYTHON), the docs, changelog and builder tools (in 2.21's) and Galaxy's importer.
 # Built side by side (pip downloads and installs overlap; each venv has its own lock), then all waited for.
 publish-venvs:
 	@pids=(); for kind in core-2.19 core-2.20 core-2.21 importer; do \

@@ -1,6 +1,6 @@
 """The kdtree_report role's decode step (tasks/decode.yml) run by ansible-playbook: it fails on
 decode that got worse only when the operator asks. The figures, their record and the report's
-comparison are unit tests: tests/unit/plugins/module_utils/test_decode.py and
+comparison are unit tests: tests/unit/plugins/module_utils/test__decode.py and
 tests/unit/plugins/filter/test_report_decode.py."""
 
 from __future__ import annotations

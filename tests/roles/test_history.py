@@ -1,7 +1,7 @@
 """A last good deploy's restore against the service role's drop-in rule (module_utils/_history's
 restore_fields, roles/kdtree_service's preflight.yml and render_dropin, roles/kdtree_rollback's tasks):
 the recorded fields re-render the drop-in the deploy installed, a tampered entry is refused. The
-history's own unit tests are tests/unit/plugins/module_utils/test_history.py."""
+history's own unit tests are tests/unit/plugins/module_utils/test__history.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The test hosts' reader (scripts/testhosts/hostread.py, not shipped) on the smoke check's read_host
 (plugins/module_utils/_smoke_host.py): it sends read_host's files to a host's bare python3 and reads a
-fake host through them. read_host's own tests: tests/unit/plugins/module_utils/test_smoke_host.py.
+fake host through them. read_host's own tests: tests/unit/plugins/module_utils/test__smoke_host.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The smoke check's journal reader (plugins/module_utils/_journal.py) on the SGLang test double's
 journal noise (tests/doubles, not shipped). The reader's own tests:
-tests/unit/plugins/module_utils/test_smoke_journal.py.
+tests/unit/plugins/module_utils/test__journal.py.
 """
 
 from __future__ import annotations

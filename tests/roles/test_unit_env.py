@@ -1,6 +1,6 @@
 """The service keeps the operator's PYTHONPATH: the patch directory is prepended to what the unit
 already has (roles/kdtree_service's tasks/preflight.yml and drop-in template, rendered with Ansible's
-templar). How the unit's environment is read: tests/unit/plugins/module_utils/test_unit_env.py."""
+templar). How the unit's environment is read: tests/unit/plugins/module_utils/test__unit_env.py."""
 
 from __future__ import annotations
 

@@ -20,8 +20,8 @@ HISTORY = 1024  # per-call (max abs, max rel) ring buffer
 # the output by at most 2 * d * max|V|. For unit-scale logits that is about 3u of max|V| in the
 # worst row; |out| is at most max|V|, so a call is a mismatch when
 # max|kernel - triton| > tol + FP8_REL_TOL * max|triton|, FP8_REL_TOL = 4u (one u of margin).
-# tests/kernel/test_validate_fp8.py measures an emulation of Triton's fp8 arithmetic against the
-# exact reference (< FP8_REL_TOL) and a kernel that drops a key tile (> FP8_REL_TOL).
+# tests/kernel/test_checks_cpu.py measures an emulation of Triton's fp8 arithmetic (bench/kernel_checks.py's
+# triton_fp8_model) against the exact reference (< FP8_REL_TOL) and a kernel that drops a key tile.
 E4M3_UNIT_ROUNDOFF = 2.0**-4
 FP8_REL_TOL = 4 * E4M3_UNIT_ROUNDOFF
 # stats slots. NONFINITE_*: calls whose kernel / original output held a NaN or an infinity; such a
