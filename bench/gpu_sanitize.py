@@ -51,6 +51,7 @@ SHAPES: tuple[Shape, ...] = (
     Shape("tree fp8 int64 64-row split", (8192,), (8,), 8, kv="fp8", block_m=64),
     Shape("tree bf16 int32 32-row split graph", (4099, 130), (4, 2), 8, index="int32", extra_rows=3),
     Shape("causal bf16 int64 64-row split H=64", (6000,), (2,), 64, causal=True, block_m=64),
+    Shape("tree bf16 int64 32-row a request without prefix", (0, 9), (4, 3), 8),
 )
 
 

@@ -210,3 +210,13 @@ def test_a_slow_double_is_right_but_slower_than_its_sleep(tmp_path, host):
     # the same answer (validate finds 0 mismatches), at least KDTREE_HOST_SLOW_MS (600 ms) per launch
     assert (got - verify_attention_reference(**case)).abs().max().item() < TOL
     assert slow_s >= 0.6 > fast_s, (slow_s, fast_s)
+
+
+def test_a_batch_without_prefix_keys_runs_with_an_empty_kv_indices(host):
+    # torch gives an empty tensor a null data pointer; the library refuses null, so the binding passes
+    # a stand-in (the kernel never reads kv_indices when no request has a prefix key)
+    spec = CaseSpec(prefix_lens=[0, 0], ns=[4, 1], heads=2, kv_dtype=torch.float32)
+    case = fp32_case(spec)
+    assert case["kv_indices"].numel() == 0 and case["kv_indices"].data_ptr() == 0
+    got = run_host(host, case, 4)
+    assert (got - verify_attention_reference(**case)).abs().max().item() < TOL

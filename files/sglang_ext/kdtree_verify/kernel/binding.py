@@ -408,6 +408,9 @@ class VerifyKernel:
         ws_bytes = int(self.lib.kdtree_verify_workspace_bytes(batch_size, num_heads, max_extend_len, splits))
         if ws_bytes > ws_numel:  # cannot happen with kdtree_verify_num_splits; never allocate here
             raise RuntimeError(f"kdtree_verify workspace {ws_numel} < {ws_bytes} bytes")
+        # A batch with no prefix key (every kv_indptr entry 0) may come with an empty kv_indices, whose
+        # data pointer torch leaves null, and the library refuses a null pointer: it gets a valid stand-in
+        # (the call counter), which the kernel never reads since no request has a key to look up.
         args = _Args(
             struct_size=ctypes.sizeof(_Args),
             kv_dtype=kv_dtype,
@@ -426,7 +429,7 @@ class VerifyKernel:
             kv_stride_t=kv_buffer.stride(0),
             qo_indptr=qo_indptr.data_ptr(),
             kv_indptr=kv_indptr.data_ptr(),
-            kv_indices=kv_indices.data_ptr(),
+            kv_indices=kv_indices.data_ptr() or self._call_counter[index].data_ptr(),
             mask_indptr=None if causal else mask_indptr.data_ptr(),
             custom_mask=None if causal else custom_mask.data_ptr(),
             out=out.data_ptr(),
