@@ -50,6 +50,14 @@
 #define KDTREE_FAULT 0
 #endif
 
+// KDTREE_CPU_EMULATION (tests/kernel/cpu_emu, g++ only) runs this source on the CPU: its header,
+// force-included, emulates the CUDA built-ins; the inline PTX and the launches below take its path.
+#ifdef KDTREE_CPU_EMULATION
+#define KDTREE_LAUNCH(grid, block, smem, stream, ...) ((void)(stream), ::kdtree_emu::launch(grid, block, smem, __VA_ARGS__))
+#else
+#define KDTREE_LAUNCH(grid, block, smem, stream, ...) __VA_ARGS__<<<grid, block, smem, stream>>>
+#endif
+
 #define KDTREE_STR2(x) #x
 #define KDTREE_STR(x) KDTREE_STR2(x)
 #define KDTREE_EXPORT extern "C" __attribute__((visibility("default")))
@@ -121,24 +129,36 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+#ifdef KDTREE_CPU_EMULATION
+  kdtree_emu::ldmatrix_x4(r, p, false);
+#else
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p)));
+#endif
 }
 
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+#ifdef KDTREE_CPU_EMULATION
+  kdtree_emu::ldmatrix_x4(r, p, true);
+#else
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p)));
+#endif
 }
 
 // D = A(16x16, row) * B(16x8, col) + D, bf16 inputs, fp32 accumulators.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#ifdef KDTREE_CPU_EMULATION
+  kdtree_emu::mma_m16n8k16_bf16(d, a, b0, b1);
+#else
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
 }
 
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
@@ -737,19 +757,19 @@ KDTREE_EXPORT int kdtree_verify_run(const kdtree_verify_args* a, void* stream) {
   constexpr int S64 = kdtree::Layout64::SMEM_BYTES, S32 = kdtree::Layout32::SMEM_BYTES;
   const bool bf16 = a->kv_dtype == KDTREE_KV_BF16;
   if (bm == M64 && bf16)
-    kdtree::verify_attn_kernel<kdtree::KvBf16, M64><<<grid, T, S64, s>>>(*a, min_tiles);
+    KDTREE_LAUNCH(grid, T, S64, s, kdtree::verify_attn_kernel<kdtree::KvBf16, M64>)(*a, min_tiles);
   else if (bm == M64)
-    kdtree::verify_attn_kernel<kdtree::KvFp8, M64><<<grid, T, S64, s>>>(*a, min_tiles);
+    KDTREE_LAUNCH(grid, T, S64, s, kdtree::verify_attn_kernel<kdtree::KvFp8, M64>)(*a, min_tiles);
   else if (bf16)
-    kdtree::verify_attn_kernel<kdtree::KvBf16, M32><<<grid, T, S32, s>>>(*a, min_tiles);
+    KDTREE_LAUNCH(grid, T, S32, s, kdtree::verify_attn_kernel<kdtree::KvBf16, M32>)(*a, min_tiles);
   else
-    kdtree::verify_attn_kernel<kdtree::KvFp8, M32><<<grid, T, S32, s>>>(*a, min_tiles);
+    KDTREE_LAUNCH(grid, T, S32, s, kdtree::verify_attn_kernel<kdtree::KvFp8, M32>)(*a, min_tiles);
   if (a->num_splits > 1) {
     const dim3 cgrid(static_cast<unsigned>(m_blocks * bm), static_cast<unsigned>(a->batch_size));
     if (bm == M64)
-      kdtree::combine_kernel<M64><<<cgrid, kdtree::COMBINE_THREADS, 0, s>>>(*a);
+      KDTREE_LAUNCH(cgrid, kdtree::COMBINE_THREADS, 0, s, kdtree::combine_kernel<M64>)(*a);
     else
-      kdtree::combine_kernel<M32><<<cgrid, kdtree::COMBINE_THREADS, 0, s>>>(*a);
+      KDTREE_LAUNCH(cgrid, kdtree::COMBINE_THREADS, 0, s, kdtree::combine_kernel<M32>)(*a);
   }
   return cudaGetLastError() == cudaSuccess ? KDTREE_OK : KDTREE_ERR_LAUNCH;
 }
