@@ -13,6 +13,8 @@ import sys
 import time
 
 import pytest
+
+pytest.importorskip("ansible")  # the tools venv has it; the torch venv, which collects these too, does not
 import yaml
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
 from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.report_host import (  # noqa: F401 (fixtures)

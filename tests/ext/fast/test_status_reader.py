@@ -10,6 +10,8 @@ import os
 import sys
 
 import pytest
+
+pytest.importorskip("hypothesis")  # the tools venv has it; the torch venv, which collects these too, does not
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kdtree_verify.telemetry import statusdir
