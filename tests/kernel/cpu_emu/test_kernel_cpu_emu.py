@@ -1,0 +1,282 @@
+"""The CUDA kernel's own source (files/csrc/verify_attn_flash_paged.cu), run on the CPU by the emulator
+(tests/kernel/cpu_emu: one OS thread per CUDA thread, ldmatrix / mma.sync / shfl from the PTX ISA's
+fragment tables), matches the fp32 reference (kdtree_verify.kernel.reference) on every variant and
+boundary; the emulator's hard errors, AddressSanitizer, UBSan and ThreadSanitizer catch what they claim.
+
+make test-kernel-cpu: the short cases (and the sanitizer, fault and teeth tests); make
+test-kernel-cpu-full (KDTREE_EMU_FULL=1): the long prefixes and the larger random set.
+KDTREE_EMU_FAULT=last-tile|one-split builds the library with that fault: the case set must then fail.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import emu_driver  # noqa: E402
+from emu_cases import LONG, RANDOM_FULL, RANDOM_SHORT, SHORT, EmuCase  # noqa: E402
+from emu_driver import Call, EmulatorError, EmuLibrary, run_exact  # noqa: E402
+from kdtree_verify.kernel import binding  # noqa: E402
+from kdtree_verify.kernel.reference import verify_attention_reference  # noqa: E402
+from kdtree_verify.kernel.shapes import HEAD_DIM_V  # noqa: E402
+from kernel_cases import make_case  # noqa: E402
+from kernel_checks import check_rows  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[3]
+CSRC = ROOT / "files" / "csrc"
+SENTINEL = 7.0  # written into `out` before a call: rows the kernel must not touch keep it
+FULL = os.environ.get("KDTREE_EMU_FULL") == "1"
+FAULT = os.environ.get("KDTREE_EMU_FAULT") or None
+CASES = SHORT + RANDOM_SHORT + (LONG + RANDOM_FULL if FULL else [])
+
+
+@pytest.fixture(scope="session")
+def emu(tmp_path_factory) -> EmuLibrary:
+    """The emulated library (with KDTREE_EMU_FAULT's fault when set)."""
+    out = tmp_path_factory.mktemp("cpu-emu")
+    return EmuLibrary(emu_driver.build(out, fault=FAULT))
+
+
+def prepare(c: EmuCase) -> tuple[dict, torch.Tensor, int]:
+    """(case, out filled with SENTINEL, valid token count) with c's edits and extra graph-sized rows."""
+    case = make_case(c.spec, "cpu")
+    if c.edit is not None:
+        c.edit(case)
+    if c.extra_rows:
+        gen = torch.Generator().manual_seed(c.spec.seed + 1)
+        for name in ("q", "k_extend", "v_extend"):
+            t = case[name]
+            extra = torch.randn((c.extra_rows, *t.shape[1:]), generator=gen).to(t.dtype)
+            case[name] = torch.cat([t, extra])
+    tokens, heads = case["q"].shape[:2]
+    out = torch.full((tokens, heads, HEAD_DIM_V), SENTINEL, dtype=torch.bfloat16)
+    return case, out, sum(c.spec.ns)
+
+
+def reference(case: dict, valid: int) -> torch.Tensor:
+    ref_case = dict(case)
+    for name in ("q", "k_extend", "v_extend"):
+        ref_case[name] = case[name][:valid]
+    return verify_attention_reference(**ref_case)
+
+
+def problem_of(out: torch.Tensor, ref: torch.Tensor, valid: int) -> str | None:
+    """None when the valid rows match the reference (per-row relative L2, kernel_checks' tolerance) and
+    every row past them still holds SENTINEL."""
+    problem = check_rows(out[:valid].float(), ref)
+    if problem is None and not bool((out[valid:].float() == SENTINEL).all()):
+        problem = "rows past qo_indptr[-1] were written"
+    return problem
+
+
+def call_of(c: EmuCase) -> Call:
+    return Call(c.max_len, num_splits=c.num_splits, num_sms=c.num_sms, block_m=c.block_m)
+
+
+@pytest.mark.parametrize("c", CASES, ids=[c.name for c in CASES])
+def test_the_kernel_source_on_the_emulator_matches_the_reference(emu, c):
+    case, out, valid = prepare(c)
+    started = time.monotonic()
+    calls = emu.run(case, out, call_of(c))
+    log.info("%s: %.2f s", c.name, time.monotonic() - started)
+    assert calls == 1, "one counted launch per run (ABI 4 call counter)"
+    problem = problem_of(out, reference(case, valid), valid)
+    assert problem is None, problem
+
+
+def test_the_layout_and_split_choices_the_cases_rely_on(emu):
+    """The case names' claims: which layout and how many non-empty splits the library runs."""
+    lib = emu.lib
+    assert lib.kdtree_verify_block_m(8, 4, 0) == 32 and lib.kdtree_verify_block_m(16, 4, 0) == 64
+    assert lib.kdtree_verify_block_m(8, 4, 64) == 64 and lib.kdtree_verify_block_m(8, 5, 32) == -1
+    # H=1, n=2: at least 4 16-key tiles per split, so 202 keys in 3 splits are 3 non-empty splits
+    assert lib.kdtree_verify_min_split_tiles(1, 2, binding.KV_BF16) == 4
+    assert lib.kdtree_verify_num_splits(132, 1, 1, 1, 300, binding.KV_BF16) > 1
+
+
+def test_the_emulator_declares_itself_and_the_binding_never_runs_it(emu):
+    """build info emulator=cpu, host memory, bf16 / fp8 as the CUDA library; the binding refuses it on
+    the CPU (no double=host) and on a GPU (no cuda device in its capabilities, no arch)."""
+    assert "emulator=cpu" in emu.build_info and "double=host" not in emu.build_info
+    assert emu.vk.serves.devices == {"host"} and emu.vk.archs == []
+    assert emu.vk.serves.io_dtypes == {"bfloat16"}
+    assert emu.vk.serves.kv_dtypes == {"bfloat16", "float8_e4m3fn"}
+    assert "double=host" in (emu.vk.unsupported_reason("cpu") or "")
+    assert "not served" in (emu.vk.unsupported_reason("cuda") or "")
+    case, out, _ = prepare(SHORT[0])
+    with pytest.raises(binding.KernelUnavailable):
+        emu.vk.run(**case, out=out, max_extend_len=4)
+
+
+def test_the_emulator_exports_the_c_abi_of_the_cuda_library(emu):
+    from test_library import EXPORTED, _dynamic_symbols
+
+    exported = {name for name, kind in _dynamic_symbols(emu.path).items() if kind == "T"}
+    assert exported == EXPORTED | {"kdtree_cpu_emu_last_error"}
+
+
+# ---- the faults of build.sh --fault, and the teeth of the checks ----------------------------------------
+
+FAULT_CASES = {
+    "last-tile": [c for c in SHORT if c.name in ("bm32-h8n4-tree-tail", "bm64-h16n4-causal")],
+    "one-split": [c for c in SHORT if c.name in ("splits3-bm32", "splits3-bm64-forced")],
+}
+
+
+@pytest.mark.skipif(FAULT is not None, reason="the suite itself runs a fault build")
+@pytest.mark.parametrize("fault", sorted(FAULT_CASES))
+def test_a_fault_build_fails_the_case_set(tmp_path, fault):
+    """build.sh --fault's faults, built into the emulator, fail the cases meant to catch them (make
+    test-kernel-cpu FAULT=<fault> fails the same way)."""
+    broken = EmuLibrary(emu_driver.build(tmp_path, fault=fault))
+    assert f"fault={1 if fault == 'last-tile' else 2}" in broken.build_info
+    for c in FAULT_CASES[fault]:
+        case, out, valid = prepare(c)
+        broken.run(case, out, call_of(c))
+        assert problem_of(out, reference(case, valid), valid) is not None, f"{fault} passed {c.name}"
+
+
+def _mutated_source(tmp_path: Path, old: str, new: str) -> Path:
+    """A copy of files/csrc with `old` (exactly once in the kernel) replaced by `new`."""
+    src = tmp_path / "csrc"
+    shutil.copytree(CSRC, src)
+    cu = src / "verify_attn_flash_paged.cu"
+    text = cu.read_text()
+    assert text.count(old) == 1, f"mutation site not found once: {old!r}"
+    cu.write_text(text.replace(old, new))
+    return src
+
+
+# (what it shows, the source line, its broken form, the emulator's message)
+HARD_ERRORS = [
+    (
+        "divergent-barrier",
+        "    __syncthreads();  // (C)",
+        "    if (tid < 128) __syncthreads();  // (C)",
+        r"divergent barrier",
+    ),
+    (
+        "partial-warp-collective",
+        "        ldmatrix_x4(b, kb + kk);",
+        "        if (lane < 16) ldmatrix_x4(b, kb + kk);",
+        r"divergent warp collective|partial-warp collective",
+    ),
+    (
+        "ldmatrix-outside-shared-memory",
+        "        ldmatrix_x4(a0, qa + kk);",
+        "        ldmatrix_x4(a0, qa + kk - SROW);",
+        r"ldmatrix: lane \d+'s row address is outside",
+    ),
+    (
+        "ldmatrix-misaligned",
+        "ldmatrix_x4(pa, sP + (rg * 16 + (lane & 15)) * SP_ROW + ks * 16 + (lane >> 4) * 8);",
+        "ldmatrix_x4(pa, sP + (rg * 16 + (lane & 15)) * SP_ROW + ks * 16 + (lane >> 4) * 4);",
+        r"not 16-byte aligned",
+    ),
+]
+
+
+@pytest.mark.skipif(FAULT is not None, reason="the suite itself runs a fault build")
+@pytest.mark.parametrize(("what", "old", "new", "message"), HARD_ERRORS, ids=[h[0] for h in HARD_ERRORS])
+def test_the_emulator_stops_a_launch_on_a_cuda_rule_the_source_breaks(tmp_path, what, old, new, message):
+    broken = EmuLibrary(emu_driver.build(tmp_path / "lib", src=_mutated_source(tmp_path, old, new)))
+    c = SHORT[0]
+    case, out, _ = prepare(c)
+    with pytest.raises(EmulatorError, match=message):
+        broken.run(case, out, call_of(c))
+
+
+@pytest.mark.skipif(FAULT is not None, reason="the suite itself runs a fault build")
+def test_a_shared_memory_row_the_kernel_never_wrote_is_caught(tmp_path):
+    """The last row of the Q tile left unwritten: it holds the poison (0xFF bytes, NaN scores, which the
+    online softmax drops), so exactly that row (last token, last head) is wrong."""
+    src = _mutated_source(
+        tmp_path,
+        "for (int c = tid; c < BM * Q_CHUNKS_PER_ROW; c += NTHREADS) {",
+        "for (int c = tid; c < (BM - 1) * Q_CHUNKS_PER_ROW; c += NTHREADS) {",
+    )
+    broken = EmuLibrary(emu_driver.build(tmp_path / "lib", src=src))
+    c = next(c for c in SHORT if c.name == "bm64-h16n4-causal")  # 4 tokens x 16 heads: all 64 rows valid
+    case, out, valid = prepare(c)
+    broken.run(case, out, call_of(c))
+    problem = problem_of(out, reference(case, valid), valid) or ""
+    assert "at token 3 head 15 (1 rows over)" in problem, problem
+
+
+# ---- sanitizers: exact-size buffers in a child process ---------------------------------------------------
+
+SANITIZED = ["bm32-h8n4-tree-tail", "fp8-scale-i64-bm64", "splits3-bm32", "graph-sized-bm64-splits"]
+ASAN_ENV = {
+    "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:exitcode=23",
+    "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1:exitcode=24",
+}
+
+
+@pytest.fixture(scope="session")
+def asan(tmp_path_factory) -> Path:
+    """emu_run built with AddressSanitizer and UBSan."""
+    out = tmp_path_factory.mktemp("cpu-emu-asan")
+    emu_driver.build(out, sanitize="address", fault=FAULT)
+    return out / "emu_run"
+
+
+def _env(extra: dict[str, str]) -> dict[str, str]:
+    return {**os.environ, **extra}
+
+
+@pytest.mark.parametrize("name", SANITIZED)
+def test_short_cases_are_clean_under_address_and_undefined_behaviour_sanitizers(emu, asan, name):
+    c = next(c for c in SHORT if c.name == name)
+    case, out, valid = prepare(c)
+    proc = run_exact(asan, emu.lib, case, out, call_of(c), env=_env(ASAN_ENV))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "runtime error" not in proc.stderr, proc.stderr[-4000:]
+    problem = problem_of(out, reference(case, valid), valid)
+    assert problem is None, problem
+
+
+@pytest.mark.skipif(FAULT is not None, reason="the suite itself runs a fault build")
+def test_address_sanitizer_reports_a_read_past_an_exact_size_buffer(emu, asan):
+    """kv_indices one entry short of kv_indptr[-1]: the kernel's read of the last index is past the end."""
+    c = next(c for c in SHORT if c.name == "bm32-h8n4-tree-tail")
+    case, out, _ = prepare(c)
+    case["kv_indices"] = case["kv_indices"][:-1].clone()
+    proc = run_exact(asan, emu.lib, case, out, call_of(c), env=_env(ASAN_ENV))
+    assert proc.returncode == 23 and "heap-buffer-overflow" in proc.stderr, proc.stderr[-4000:]
+
+
+TSAN_ENV = {"TSAN_OPTIONS": "halt_on_error=1:exitcode=66:report_signal_unsafe=0"}
+
+
+@pytest.mark.parametrize("name", ["h1n1", "splits3-bm32"])
+def test_short_cases_are_race_free_under_thread_sanitizer(tmp_path, emu, name):
+    emu_driver.build(tmp_path, sanitize="thread", fault=FAULT)
+    c = next(c for c in SHORT if c.name == name)
+    case, out, valid = prepare(c)
+    proc = run_exact(tmp_path / "emu_run", emu.lib, case, out, call_of(c), env=_env(TSAN_ENV))
+    assert proc.returncode == 0 and "ThreadSanitizer" not in proc.stderr, proc.stderr[-4000:]
+    problem = problem_of(out, reference(case, valid), valid)
+    assert problem is None, problem
+
+
+@pytest.mark.skipif(FAULT is not None, reason="the suite itself runs a fault build")
+def test_thread_sanitizer_reports_a_removed_barrier(tmp_path, emu):
+    """Barrier (B) removed: warps read sK while others still write it, a data race TSan must name."""
+    src = _mutated_source(
+        tmp_path, "    __syncthreads();  // (B) sK", "    // removed: __syncthreads();  // (B) sK"
+    )
+    emu_driver.build(tmp_path / "lib", sanitize="thread", src=src)
+    c = next(c for c in SHORT if c.name == "h1n1")
+    case, out, _ = prepare(c)
+    proc = run_exact(tmp_path / "lib" / "emu_run", emu.lib, case, out, call_of(c), env=_env(TSAN_ENV))
+    assert re.search(r"WARNING: ThreadSanitizer: data race", proc.stderr), proc.stderr[-4000:]
