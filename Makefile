@@ -60,8 +60,8 @@ TEST_PHASE = start=$$(date +%s); $(MAKE) --no-print-directory -j$(TEST_JOBS) --o
 
 # Every test (lint first); installs what it needs. CI runs this on a fresh clone.
 test: venv
-	@$(TEST_PHASE) lint test-roles-fast $(TEST_PREP) && \
-	  echo "make test: phase 1 (lint, roles, set-up) passed in $$(( $$(date +%s) - start )) s"
+	@$(TEST_PHASE) lint test-roles-fast $(TEST_PREP) test-kernel-cpu && \
+	  echo "make test: phase 1 (lint, roles, set-up, kernel on the CPU) passed in $$(( $$(date +%s) - start )) s"
 	@start=$$(date +%s); $(MAKE) --no-print-directory test-molecule && \
 	  echo "make test: phase 2 (molecule) passed in $$(( $$(date +%s) - start )) s"
 	@$(TEST_PHASE) $(TEST_LAST) && echo "make test: phase 3 ($(TEST_LAST)) passed in $$(( $$(date +%s) - start )) s"

@@ -1,5 +1,6 @@
 # Kernel track: the CUDA verify-attention library (files/csrc), its binding's tests, benchmark, GPU check.
-.PHONY: build-kernel test-kernel test-kernel-fast bench-kernel gpu-check gpu-rehearsal hostlib
+.PHONY: build-kernel test-kernel test-kernel-fast bench-kernel gpu-check gpu-rehearsal hostlib test-kernel-cpu \
+  test-kernel-cpu-full
 
 # The supported arches come from build.sh, the one owner of the compute capability -> arch map.
 KERNEL_BUILD_SH := $(ROOT)/files/csrc/build.sh
@@ -29,7 +30,21 @@ hostlib:
 # codes); GPU tests skip here.
 test-kernel: venv sglang-venv
 	@for arch in $(KERNEL_ARCHS); do $(MAKE) --no-print-directory build-kernel ARCH=$$arch | grep -E "^build-kernel:|Used|spill"; done
-	$(KERNEL_PY) -m pytest -q -p no:cacheprovider tests/kernel
+	$(KERNEL_PY) -m pytest -q -p no:cacheprovider tests/kernel --ignore=tests/kernel/cpu_emu
+
+# make test-kernel-cpu FAULT=<build.sh --fault name>: the emulated library with that fault.
+FAULT ?=
+# The kernel's own source run on the CPU (tests/kernel/cpu_emu: g++ and a warp-synchronous emulator of
+# ldmatrix / mma.sync / shfl / __syncthreads from the PTX ISA), against the fp32 reference: the short cases
+# of every variant, ASan+UBSan and TSan runs, the fault builds and the emulator's hard errors (about 2 min
+# on 2 cores; in make test's first phase). FAULT=last-tile|one-split builds that fault: the suite must fail.
+test-kernel-cpu: venv sglang-venv
+	KDTREE_EMU_FAULT=$(FAULT) $(KERNEL_PY) -m pytest -q -p no:cacheprovider tests/kernel/cpu_emu
+
+# The same with prefixes up to 5000 keys and 24 more seeded random cases (not in make test).
+test-kernel-cpu-full: venv sglang-venv
+	KDTREE_EMU_FAULT=$(FAULT) KDTREE_EMU_FULL=1 $(KERNEL_PY) -m pytest -q -p no:cacheprovider tests/kernel/cpu_emu \
+	  --durations=10
 
 # Quick subset (< 1 min, no torch): library tests for every arch (rebuilds only if sources changed), the
 # arch-map agreement test, and gpu-check's budget and tier logic (bench/gpu_check.py).
