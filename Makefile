@@ -16,11 +16,13 @@ TEST_FAST_TARGETS :=
 LINT_TARGETS :=
 
 .PHONY: help venv collection-link system-deps lint test test-fast demo bench
-# Every target with its description, generated from the comments above the rules (scripts/make_help.py).
+# Every target, one short line each, grouped by file.
+# Generated from the comments above the rules (scripts/make_help.py): a rule's first sentence is its line.
 help:
 	@$(PYTHON) scripts/make_help.py
 
-# The controller's tools venv (.venv): ansible, ansible-lint, molecule, pytest, ruff, yamllint.
+# The controller's tools venv (.venv).
+# Ansible, ansible-lint, molecule, pytest, ruff, yamllint.
 venv: $(VENV)/.stamp collection-link
 $(VENV)/.stamp: requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,12 +30,13 @@ $(VENV)/.stamp: requirements-dev.txt
 	$(VBIN)/pip install -q -r requirements-dev.txt
 	touch $@
 
+# Link collections/ansible_collections/kdtree/fleet to this clone.
 # collections/ansible_collections/kdtree/fleet -> this clone (git-ignored): how ansible.cfg, molecule
 # and pytest resolve kdtree.fleet from a clone or worktree (scripts/collection_link.py).
 collection-link:
 	@$(PYTHON) scripts/collection_link.py
 
-# Debian packages the test hosts need on this machine (podman, runc, debootstrap, ...).
+# Debian packages the test hosts need (podman, runc, debootstrap).
 system-deps:
 	bash scripts/install-system-deps.sh
 
@@ -71,5 +74,6 @@ test: venv
 test-fast: venv $(TEST_FAST_TARGETS)
 	@echo "make test-fast: passed ($(TEST_FAST_TARGETS))"
 
-# Benchmarks that need no GPU; each prints its figures (and fails only when the thing measured broke).
+# Benchmarks that need no GPU; each prints its figures.
+# Each fails only when the thing measured broke.
 bench: bench-startup bench-smoke bench-noop

@@ -4,6 +4,7 @@
 
 FLEET_LOG_DIR := $(ROOT)/.cache/fleet
 
+# Build the local test fleet, deploy to it and print the fleet report.
 # Build the local test fleet (three hosts with the SGLang test double, one with the real engine), deploy
 # to all four; the deploy ends with the fleet report (one line per host: patched schedulers, kernel
 # calls, fallbacks, ...; the JSON path it prints).
@@ -11,19 +12,23 @@ demo: venv fleet-up engine-host-up
 	@mkdir -p $(FLEET_LOG_DIR)
 	@set -o pipefail; ansible-playbook playbooks/deploy.yml -l gpu-hosts 2>&1 | tee $(FLEET_LOG_DIR)/demo.log
 
+# ansible-lint of the whole collection (production profile).
 # ansible-lint, production profile, configured by .ansible-lint (the collection as a whole).
 lint-ansible: venv
 	$(VBIN)/ansible-lint
 
+# The collection tarball: build/kdtree-fleet-<version>.tar.gz.
 # The collection tarball a user installs: build/kdtree-fleet-<version>.tar.gz.
 collection: venv
 	$(VBIN)/ansible-galaxy collection build --force --output-path build .
 
+# The roles, playbooks and repository-wide checks (no containers).
 # The roles and the tools around them: role interfaces, the drop-in template, modules and roles run
 # through ansible/ansible-playbook on localhost (no containers). The plugins' own logic: tests/unit.
 test-roles-fast: venv
 	$(VBIN)/pytest -q tests/roles
 
+# The plugins' unit tests (tests/unit) with the tools venv's pytest.
 # The plugins' unit tests (tests/unit) with the tools venv's pytest; make test runs them with
 # ansible-test units instead (test-publish-units, mk/publish.mk).
 test-units-fast: venv
@@ -37,6 +42,7 @@ test-units-fast: venv
 # deploy from a separate project.
 MOLECULE_JOBS ?= 2
 MOLECULE_SCENARIOS := default engine oldest crash rollback operator batch faults consumer
+# Every molecule scenario, MOLECULE_JOBS (2) at a time.
 test-molecule: venv collection-link testhost-image engine-model sglang-venv-oldest publish-venv-core-2.21
 	@start=$$(date +%s); $(MAKE) --no-print-directory -j$(MOLECULE_JOBS) --output-sync=target \
 	  $(MOLECULE_SCENARIOS:%=molecule-run-%); \
@@ -47,14 +53,17 @@ test-molecule-default test-molecule-crash test-molecule-rollback test-molecule-o
   test-molecule-faults: test-molecule-%: venv collection-link testhost-image
 	@$(MOLECULE_RUN)
 
+# Molecule's consumer scenario: deploy from the installed tarball.
 # The consumer scenario: a user's project with ansible-core 2.21 (mk/publish.mk's core-2.21 venv).
 test-molecule-consumer: test-molecule-%: venv collection-link testhost-image publish-venv-core-2.21
 	@$(MOLECULE_RUN)
 
+# Molecule's engine scenario: the real SGLang engine on a test host.
 # The real SGLang engine (tests/engine): deploy + generation equality + dispatch counts, rollback, crash.
 test-molecule-engine: test-molecule-%: venv collection-link testhost-image engine-model
 	@$(MOLECULE_RUN)
 
+# Molecule's oldest scenario: the real engine on the oldest release.
 # The real SGLang engine on the window's oldest release (its own venv): one NGRAM deploy in validate,
 # smoke traffic, compared calls and no mismatch.
 test-molecule-oldest: test-molecule-%: venv collection-link testhost-image engine-model sglang-venv-oldest
@@ -67,6 +76,7 @@ molecule-run-%: collection-link
 MOLECULE_RUN = start=$$(date +%s); molecule test -s $*; \
 	echo "molecule $*: passed in $$(( $$(date +%s) - start )) s"
 
+# Time from a crash traceback to the failed host (double, engine, batch).
 # Time from the traceback reaching the journal to Ansible failing the host (child crash 3 s in).
 # The same for the real engine (a model path that does not exist): engine_detect_s. And in a batch of
 # four (the three double hosts and the engine host), kdtree-host2 crashing: batch_detect_s.
@@ -81,6 +91,7 @@ bench-noop: venv fleet-up
 
 # Fleet sizes of make bench-fleet (comma-separated).
 BENCH_FLEET_SIZES ?= 1,4,8,16
+# Deploy, no-op and rollback times over fleets of 1 to 16 hosts (long).
 # Not part of make bench (it takes long): deploy (warm build cache), no-op redeploy and rollback over
 # fresh fleets of $(BENCH_FLEET_SIZES) test-double hosts of its own (kdtree-bench-h*), wall time per run
 # and per canary batch (bench/fleet.py); its containers are removed afterwards.

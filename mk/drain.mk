@@ -4,22 +4,26 @@
 
 ROUTER_VENV := $(ROOT)/.cache/router-venv
 
-# Cached venv with sglang-router==0.3.2 (scripts/router-venv.sh; CI keeps .cache).
+# Cached venv with sglang-router==0.3.2.
+# Made by scripts/router-venv.sh; CI keeps .cache.
 router-venv:
 	bash scripts/router-venv.sh $(ROUTER_VENV)
 
+# The router client, the drain role and the traffic check (tests/drain).
 test-drain-fast: venv router-venv
 	KDTREE_ROUTER_VENV=$(ROUTER_VENV) $(VBIN)/pytest -q tests/drain
 
 TEST_TARGETS += test-drain-fast
 TEST_FAST_TARGETS += test-drain-fast
 
+# What the drain costs and saves, under traffic (about 14 min).
 # What the drain costs and saves, on three test-double hosts of its own (kdtree-drainb1..3, removed
 # afterwards): requests sent/failed/cut with the drain off (router retries off) and on, and the wall time
 # it adds per restarted host (bench/drain.py). Not part of `make bench`: it takes minutes, not seconds.
 bench-drain: venv router-venv testhost-image collection-link
 	KDTREE_ROUTER_VENV=$(ROUTER_VENV) $(VBIN)/python bench/drain.py
 
+# Zero dropped requests during restarts behind the real router.
 # Zero dropped requests on real test hosts behind the real router (tests/drainfleet): two double hosts
 # of their own (kdtree-draint1..2, removed afterwards), continuous traffic during a control rollback
 # (drain and router retries off: requests fail) and, drained, a deploy, a crash deploy and rollback.yml.

@@ -7,15 +7,18 @@
 ENGINE_VENV = $(SGLANG_VENV)
 ENGINE_HOST ?= kdtree-engine1
 
+# The venv that runs the real engine (the sglang-venv).
 # The venv that runs the real engine: the sglang-venv (one recipe for every suite).
 engine-venv: sglang-venv
 
+# The tiny DeepSeek-V3-style MLA model and tokenizer (made once).
 # The tiny DeepSeek-V3-style MLA model and tokenizer, made once in .cache/engine-model/<recipe hash>/.
 # .cache/engine-model/current links to it: molecule's engine scenario mounts that fixed path.
 engine-model: engine-venv
 	@dir=$$($(ENGINE_VENV)/bin/python tests/engine/make_tiny_model.py) && \
 	  ln -sfn "$$(basename "$$dir")" $(ROOT)/.cache/engine-model/current && echo "engine-model: $$dir"
 
+# Start the real-engine test host (ENGINE_HOST, default kdtree-engine1).
 # Start one test host running the real SGLang engine under systemd (ENGINE_HOST, default kdtree-engine1).
 engine-host-up: testhost-image engine-model
 	@start=$$(date +%s); KDTREE_ENGINE_VENV=$(ENGINE_VENV) bash scripts/testhosts/engine-host.sh up $(ENGINE_HOST); \

@@ -10,6 +10,7 @@ KERNEL_BUILD := $(ROOT)/build/kernel
 # The torch venv is the one venv recipe of the project: mk/ext.mk's sglang-venv (scripts/sglang-venv.sh).
 KERNEL_PY := $(SGLANG_VENV)/bin/python
 
+# Build the kernel for one arch: make build-kernel ARCH=<arch>.
 # make build-kernel ARCH=<one of KERNEL_ARCHS>  ->  build/kernel/<arch>/libkdtree_verify.so (+ build.log, ptxas report)
 build-kernel:
 	@test -n "$(ARCH)" || { echo "usage: make build-kernel ARCH=<one of: $(KERNEL_ARCHS)>" >&2; exit 2; }
@@ -21,10 +22,12 @@ build-kernel:
 	  echo "build-kernel: $(ARCH) in $$(( $$(date +%s) - start )) s"
 
 HOSTLIB_BUILD := $(ROOT)/build/hostlib
+# The host-memory test double of the library (g++, fp32, no GPU).
 # The host-memory TEST DOUBLE of the library (tests/doubles/hostlib: same C ABI, fp32 on the CPU; g++ only) -> build/hostlib/libkdtree_verify.so, for CPU engines under test (the real-engine test host's deploy builds it through the build role); never for a GPU host.
 hostlib:
 	bash $(ROOT)/tests/doubles/hostlib/build.sh --out $(HOSTLIB_BUILD)
 
+# Kernel builds for every arch and the binding's CPU-side tests.
 # Every arch build.sh supports (no GPU needed), exported symbols, ptxas report, build.sh, probe_library,
 # the arch-map agreement, and the binding's CPU-side tests (argument validation, C helper bounds, error
 # codes); GPU tests skip here.
@@ -34,6 +37,7 @@ test-kernel: venv sglang-venv
 
 # make test-kernel-cpu FAULT=<build.sh --fault name>: the emulated library with that fault.
 FAULT ?=
+# The kernel's own source on a CPU emulator against the fp32 reference.
 # The kernel's own source run on the CPU (tests/kernel/cpu_emu: g++ and a warp-synchronous emulator of
 # ldmatrix / mma.sync / shfl / __syncthreads from the PTX ISA), against the fp32 reference: the short cases
 # of every variant, ASan+UBSan and TSan runs, the fault builds and the emulator's hard errors (about 2 min
@@ -41,11 +45,13 @@ FAULT ?=
 test-kernel-cpu: venv sglang-venv
 	KDTREE_EMU_FAULT=$(FAULT) $(KERNEL_PY) -m pytest -q -p no:cacheprovider tests/kernel/cpu_emu
 
+# test-kernel-cpu with long prefixes and more random cases (long).
 # The same with prefixes up to 5000 keys and 24 more seeded random cases (not in make test).
 test-kernel-cpu-full: venv sglang-venv
 	KDTREE_EMU_FAULT=$(FAULT) KDTREE_EMU_FULL=1 $(KERNEL_PY) -m pytest -q -p no:cacheprovider tests/kernel/cpu_emu \
 	  --durations=10
 
+# Quick kernel subset (< 1 min, no torch).
 # Quick subset (< 1 min, no torch): library tests for every arch (rebuilds only if sources changed), the
 # arch-map agreement test, and gpu-check's budget and tier logic (bench/gpu_check.py).
 test-kernel-fast: venv
@@ -54,15 +60,18 @@ test-kernel-fast: venv
 
 # gpu-check's --budget-s (seconds); empty: bench/gpu_check.py's default (docs/gpu-check.md).
 BUDGET ?=
+# GPU only: the kernel against SGLang's Triton kernel.
 # GPU only: build for this GPU's arch and benchmark against SGLang's Triton kernel (out/gpu-check/).
 bench-kernel:
 	bash scripts/gpu-check.sh --skip-tests $(if $(BUDGET),--budget-s $(BUDGET))
 
+# GPU only: the kernel's tiered check within one budget (BUDGET).
 # GPU only: build, quick tier, quick benchmark, then the full tiers while BUDGET lasts; $${OUT:-out}/gpu-check/.
 gpu-check:
 	bash scripts/gpu-check.sh $(if $(BUDGET),--budget-s $(BUDGET))
 
 GPU_REHEARSAL_VENV := $(ROOT)/.cache/gpu-rehearsal-venv
+# No GPU: gpu-check rehearsed on the CPU in the GPU machine's software.
 # No GPU: gpu-check rehearsed on the CPU in the GPU machine's software (Python 3.12, torch 2.11, triton
 # 3.6 from the package index into .cache/, ~5 GB, built once); every step up to the first CUDA call.
 # Not part of make test. Results in $${OUT:-out}/gpu-rehearsal/.

@@ -1,6 +1,7 @@
 # Mutation check of the patch and smoke tests (scripts/mutation_check.py lists the mutants).
 .PHONY: mutation-check
 
+# Deliberate bugs in a copy of the tree: each must fail its tests.
 # Apply each listed deliberate bug to a temporary copy of the tree and expect its tests to fail. One
 # line per mutant (KILLED/SURVIVED, seconds); fails if any survived or its site is gone.
 mutation-check: venv

@@ -10,6 +10,7 @@ PUB_OUT := $(ROOT)/build/publish
 PUB_TARBALL = $(PUB_OUT)/kdtree-fleet-$(shell sed -n 's/^version: *//p' galaxy.yml).tar.gz
 PUB_TIME = start=$$(date +%s); trap 'echo "$@: $$(( $$(date +%s) - start )) s"' EXIT;
 
+# The check venvs: ansible-core 2.19, 2.20, 2.21 and the publishing tools.
 # The check venvs: ansible-core 2.19, 2.20, 2.21 (2.20 and 2.21 need a Python >= 3.12 controller:
 # PUB_PYTHON), the docs, changelog and builder tools (in 2.21's) and Galaxy's importer.
 # Built side by side (pip downloads and installs overlap; each venv has its own lock), then all waited for.
@@ -25,6 +26,7 @@ publish-venv-%:
 # The consumer scenario (molecule/consumer) deploys as a user with the newest supported release.
 export KDTREE_CONSUMER_VENV = $(PUB)/core-2.21
 
+# ansible-test sanity on 2.21, every test.
 # ansible-test sanity, every test, with the newest supported ansible-core (2.21), on the controller's
 # Python: on the repository tree as a clone holds it (what the tarball leaves out too: tests,
 # benchmarks, scripts, molecule; symlinks, shebangs, file names, yamllint, pep8, compile ...), except
@@ -39,6 +41,7 @@ test-publish-sanity: publish-venvs
 	    --test pylint --test shellcheck && \
 	  scripts/publish/ansible-test.sh $(PUB)/core-2.21 shipped sanity --python 3.9 --test import --test compile
 
+# ansible-test sanity's subset on 2.19 and 2.20.
 # The older maintained releases (2.19, 2.20): validate-modules, import, and ansible-doc of every plugin and role.
 test-publish-sanity-older: publish-venvs collection-link
 	@$(PUB_TIME) for core in 2.19 2.20; do \
@@ -47,6 +50,7 @@ test-publish-sanity-older: publish-venvs collection-link
 	  ANSIBLE_COLLECTIONS_PATH=$(ROOT)/collections $(PUB)/core-$$core/bin/ansible-doc -t role \
 	    $$(ls roles | sed 's/^/kdtree.fleet./') >/dev/null || exit 1; done
 
+# The plugins' unit tests as ansible-test units runs them (2.21).
 # The plugins' unit tests (tests/unit, laid out as plugins/) as ansible-test units runs them: the newest
 # supported release on its Python 3.12 controller, in the shipped tree, --local: core-2.21's pytest (a
 # venv of ansible-test's own cost ~170 s more here). make test-fast runs them with the tools venv's
@@ -54,11 +58,13 @@ test-publish-sanity-older: publish-venvs collection-link
 test-publish-units: publish-venv-core-2.21
 	@$(PUB_TIME) scripts/publish/ansible-test.sh $(PUB)/core-2.21 shipped units --python 3.12
 
+# Galaxy's importer accepts the tarball.
 # Galaxy's importer accepts the tarball (metadata, a README per role, the docs of every plugin and role).
 test-publish-importer: publish-venvs
 	@$(PUB_TIME) scripts/publish/build.sh $(PUB)/core-2.21 $(PUB_OUT) >/dev/null && \
 	  scripts/publish/importer.sh $(PUB)/importer $(PUB_TARBALL)
 
+# The docs site's build (antsibull-docs) and every filter's doc.
 # The docs the docs site renders (antsibull-docs), every filter documented (ansible-doc -t filter).
 test-publish-docs: publish-venvs collection-link
 	@$(PUB_TIME) PATH=$(PUB)/core-2.21/bin:$$PATH ANSIBLE_COLLECTIONS_PATH=$(ROOT)/collections \
@@ -66,6 +72,7 @@ test-publish-docs: publish-venvs collection-link
 	  ANSIBLE_COLLECTIONS_PATH=$(ROOT)/collections $(PUB)/core-2.21/bin/ansible-doc -t filter \
 	    $$(ls plugins/filter/*.yml | xargs -n1 basename | sed 's/\.yml$$//; s/^/kdtree.fleet./') >/dev/null
 
+# The changelog's fragments lint; CHANGELOG.md is what generate writes.
 # The changelog: changelogs/changelog.yaml and its fragments lint; CHANGELOG.md is what `generate` writes.
 test-publish-changelog: publish-venvs
 	@$(PUB_TIME) $(PUB)/core-2.21/bin/antsibull-changelog lint && mkdir -p $(PUB_OUT) && \
@@ -74,11 +81,13 @@ test-publish-changelog: publish-venvs
 	    diff -u CHANGELOG.md $(PUB_OUT)/CHANGELOG.md.before || true; cp $(PUB_OUT)/CHANGELOG.md.before CHANGELOG.md; \
 	    echo "CHANGELOG.md is not what antsibull-changelog generate writes: add a fragment, do not edit it" >&2; exit 1; fi
 
+# The execution environment definition builds a context.
 # The execution environment definition builds a context (no image is built here: no container build).
 test-publish-ee: publish-venvs
 	@$(PUB_TIME) rm -rf $(PUB_OUT)/ee && $(PUB)/core-2.21/bin/ansible-builder create \
 	  -f meta/execution-environment.yml -c $(PUB_OUT)/ee >/dev/null && test -s $(PUB_OUT)/ee/Containerfile
 
+# Every publishing check above, one after the other (about 4 min).
 # Everything above (about 4 minutes on 2 cores with the venvs cached), one after the other even under
 # make -j (make test's phases): they share the trees under build/publish, which each one makes afresh.
 test-publish: publish-venvs

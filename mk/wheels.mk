@@ -3,11 +3,13 @@
 
 SGLANG_WHEELS := $(ROOT)/.cache/sglang-wheels
 
+# Download every SGLang release of the window (cached).
 # `pip download --no-deps sglang==X` for every release of the window (cached; only the files the
 # tests read are extracted; a release that left the window is removed). Needs the package registry once.
 sglang-wheels: venv
 	bash scripts/sglang-wheels.sh $(SGLANG_WHEELS) $(VBIN)/python
 
+# Each release's code that the patch mirrors, read from its own wheel.
 # Each release's forward_extend (signature, branch conditions, KV-write form, descales), its verify
 # metadata and its kernel's mask layout against what dispatch.py mirrors; a release missing fails.
 test-sglang-wheels: venv sglang-wheels
