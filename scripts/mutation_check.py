@@ -9,7 +9,8 @@ one file, run the mutant's test selection with pytest there, and print one line:
     ERROR     <name>  ...           (pytest could not run the selection: exit status other than 0 or 1)
     NOT-FOUND <name>  ...           (the mutation site is gone: the pattern matched 0 or >1 times)
 
-A site is a regex inside a region (from a `def name(` line to the next top-level statement), so an
+A site is a regex inside a region (from a `def name(` line to the next top-level statement; in C++,
+region `c++:name`, from the line at column 0 that defines `name(` to the next `}` at column 0), so an
 edit elsewhere in the file does not move it; a pattern that matches nothing, or more than once,
 is reported as "mutation site not found" instead of mutating the wrong line. Before the mutants,
 every selection must pass on an unmutated copy (else the run stops: a kill would mean nothing).
@@ -54,6 +55,11 @@ PATH_SAFETY = "plugins/module_utils/_path_safety.py"
 UNIT_ENV = "plugins/module_utils/_unit_env.py"
 ROUTER = "plugins/module_utils/_router.py"
 ROUTER_TESTS = "tests/drain/test_router_client.py"
+# The CUDA kernel's source: its mutants are killed by its CPU-emulator tests, which need the torch venv.
+KERNEL = "files/csrc/verify_attn_flash_paged.cu"
+CPU_EMU_TESTS = "tests/kernel/cpu_emu/test_kernel_cpu_emu.py"
+CPU_EMU = f"{CPU_EMU_TESTS}::test_the_kernel_source_on_the_emulator_matches_the_reference"
+TORCH_PYTHON = ROOT / ".cache" / "sglang-venv" / "bin" / "python"
 # Untracked links into /work/main in a worktree: never copied (the run uses this venv's pytest).
 SKIP_TOP = {".venv", ".cache", ".git"}
 
@@ -67,6 +73,7 @@ class Mutant:
     replacement: str  # re.sub replacement
     tests: tuple[str, ...]  # pytest arguments (node ids, files, -k ...)
     why: str
+    torch: bool = False  # run the tests with the torch venv's pytest (TORCH_PYTHON), not the tools venv's
 
 
 PATCH_DOUBLE = "tests/ext/fast/test_patch_double.py"
@@ -439,6 +446,46 @@ MUTANTS = (
         (ROUTER_TESTS, "-k", "odd_evidence"),
         "any failure to read a host's /v1/loads counts as nothing in flight, not only a refused connection",
     ),
+    Mutant(
+        "kernel-accumulator-rows",
+        KERNEL,
+        "c++:verify_attn_kernel",
+        r"lr\[i\] = rg \* 16 \+ g \+ 8 \* i;",
+        "lr[i] = rg * 16 + 2 * g + i;",
+        (f"{CPU_EMU}[bm32-h8n4-tree-tail]",),
+        "the kernel's map of the mma accumulator fragment to rows (c0/c1 row g, c2/c3 row g+8) is wrong",
+        torch=True,
+    ),
+    Mutant(
+        "kernel-mask-index",
+        KERNEL,
+        "c++:verify_attn_kernel",
+        r"static_cast<int64_t>\(tok\[i\]\) \* total \+ j\]",
+        "static_cast<int64_t>(tok[i]) * n + j]",
+        (f"{CPU_EMU}[bm32-h8n4-tree-tail]", f"{CPU_EMU}[batch-mixed-bm32]"),
+        "the tree mask's row stride is the draft count, not prefix + draft",
+        torch=True,
+    ),
+    Mutant(
+        "kernel-k-scale-dropped",
+        KERNEL,
+        "c++:verify_attn_kernel",
+        r"const float scale2k = scale2 \* a\.k_scale;",
+        "const float scale2k = scale2;",
+        (f"{CPU_EMU}[fp8-scales-i32-bm32]",),
+        "prefix scores are not multiplied by k_scale",
+        torch=True,
+    ),
+    Mutant(
+        "kernel-split-floor",
+        KERNEL,
+        "c++:verify_attn_kernel",
+        r"max\(\(n_tiles \+ a\.num_splits - 1\) / a\.num_splits, min_tiles\)",
+        "max(n_tiles / a.num_splits, min_tiles)",
+        (f"{CPU_EMU}[splits3-bm32]",),
+        "the tiles per split round down, so the last tiles of a request belong to no split",
+        torch=True,
+    ),
 )
 
 
@@ -448,7 +495,15 @@ class SiteNotFound(Exception):
 
 def region_span(text: str, name: str) -> tuple[int, int]:
     """[start, end) of the top-level `def name(` block: up to the next line that starts at column 0
-    with something other than a comment or the `)` of a signature split over lines."""
+    with something other than a comment or the `)` of a signature split over lines. `c++:name`: the
+    C++ function defined by the line at column 0 that holds `name(`, up to the next `}` at column 0."""
+    if name.startswith("c++:"):
+        func = name[len("c++:") :]
+        match = re.search(rf"^[A-Za-z_][^\n;]*\b{re.escape(func)}\([^;]*?\{{", text, re.M)
+        if match is None:
+            raise SiteNotFound(f"no C++ function {func}()")
+        close = re.search(r"^\}", text[match.end() :], re.M)
+        return match.start(), match.end() + close.end() if close else len(text)
     match = re.search(rf"^(?:async )?def {re.escape(name)}\(", text, re.M)
     if match is None:
         raise SiteNotFound(f"no top-level def {name}()")
@@ -490,15 +545,20 @@ def copy_tree(root: Path, files: list[str], dest: Path) -> None:
             shutil.copy2(src, dst)
 
 
-def run_pytest(pytest: str, tree: Path, args: tuple[str, ...], timeout: float) -> tuple[int, str]:
+def run_pytest(pytest: list[str], tree: Path, args: tuple[str, ...], timeout: float) -> tuple[int, str]:
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     env.pop("PYTHONPATH", None)
-    cmd = [pytest, "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=", *args]
+    cmd = [*pytest, "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=", *args]
     try:
         proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return 124, f"timed out after {timeout:.0f} s"
     return proc.returncode, proc.stdout + proc.stderr
+
+
+def pytest_command(args: argparse.Namespace, mutant: Mutant) -> list[str]:
+    """The tools venv's pytest, or for a mutant whose tests need torch the torch venv's."""
+    return [str(args.torch_python), "-m", "pytest"] if mutant.torch else [args.pytest]
 
 
 def test_dir_groups(selection: tuple[str, ...]) -> list[tuple[str, ...]]:
@@ -517,6 +577,7 @@ def last_line(output: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pytest", default=str(ROOT / ".venv" / "bin" / "pytest"))
+    parser.add_argument("--torch-python", default=str(TORCH_PYTHON), help="python of the torch venv")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per pytest run")
     parser.add_argument("--only", action="append", default=[], help="run only this mutant (repeatable)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary trees")
@@ -532,18 +593,26 @@ def main(argv: list[str] | None = None) -> int:
     try:
         baseline = work / "baseline"
         copy_tree(ROOT, files, baseline)
-        selection = tuple(arg for m in mutants for arg in m.tests if arg != "-k" and not _is_k_expr(m, arg))
         started = time.monotonic()
-        # one pytest run per test directory: each has its own conftest module (they cannot share a run)
-        for group in test_dir_groups(tuple(dict.fromkeys(selection))):
-            rc, output = run_pytest(args.pytest, baseline, group, args.timeout)
-            if rc != 0:
-                print(
-                    f"mutation-check: the unmutated selections do not pass (pytest exit {rc}):",
-                    file=sys.stderr,
-                )
-                print(output[-4000:], file=sys.stderr)
-                return 2
+        for torch_venv in (False, True):
+            selection = tuple(
+                arg
+                for m in mutants
+                if m.torch == torch_venv
+                for arg in m.tests
+                if arg != "-k" and not _is_k_expr(m, arg)
+            )
+            pytest = [str(args.torch_python), "-m", "pytest"] if torch_venv else [args.pytest]
+            # one pytest run per test directory: each has its own conftest module (they cannot share a run)
+            for group in test_dir_groups(tuple(dict.fromkeys(selection))):
+                rc, output = run_pytest(pytest, baseline, group, args.timeout)
+                if rc != 0:
+                    print(
+                        f"mutation-check: the unmutated selections do not pass (pytest exit {rc}):",
+                        file=sys.stderr,
+                    )
+                    print(output[-4000:], file=sys.stderr)
+                    return 2
         print(f"baseline  unmutated tree, every selection passes  {time.monotonic() - started:5.1f} s")
         failures = 0
         for mutant in mutants:
@@ -557,7 +626,7 @@ def main(argv: list[str] | None = None) -> int:
                 failures += 1
                 print(f"NOT-FOUND {mutant.name:<{width}}  mutation site not found in {mutant.path}: {exc}")
                 continue
-            rc, output = run_pytest(args.pytest, tree, mutant.tests, args.timeout)
+            rc, output = run_pytest(pytest_command(args, mutant), tree, mutant.tests, args.timeout)
             seconds = time.monotonic() - started
             verdict = {0: "SURVIVED", 1: "KILLED"}.get(rc, "ERROR")
             failures += verdict != "KILLED"
