@@ -215,7 +215,18 @@ def test_a_shared_memory_row_the_kernel_never_wrote_is_caught(tmp_path):
 
 # ---- sanitizers: exact-size buffers in a child process ---------------------------------------------------
 
-SANITIZED = ["bm32-h8n4-tree-tail", "fp8-scale-i64-bm64", "splits3-bm32", "graph-sized-bm64-splits"]
+SANITIZED = [
+    "bm32-h8n4-tree-tail",
+    "bm64-h16n4-causal",
+    "fp8-scales-i32-bm32",
+    "fp8-scale-i64-bm64",
+    "h128n1-two-m-blocks",
+    "batch-mixed-bm32",
+    "rows-see-no-key-split",
+    "splits3-bm32",
+    "graph-sized-bm32",
+    "graph-sized-bm64-splits",
+]
 ASAN_ENV = {
     "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:exitcode=23",
     "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1:exitcode=24",
