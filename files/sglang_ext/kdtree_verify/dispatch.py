@@ -98,6 +98,18 @@ def _batch_size(md: Any) -> int:
     return int(md.qo_indptr.shape[0]) - 1
 
 
+def _draft_tokens_per_request(forward_batch: Any) -> int | None:
+    """The draft tokens each request brings, where SGLang says it on the host (no sync): the spec
+    input's `num_tokens_per_req` (newer releases; <= 0 means the capture width, i.e. max_extend_len)
+    or `draft_token_num`. None when the batch does not say."""
+    spec = getattr(forward_batch, "spec_info", None)
+    for name in ("num_tokens_per_req", "draft_token_num"):
+        value = getattr(spec, name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value if value > 0 else None
+    return None
+
+
 def unsupported_reason(backend, q, k, v, layer, forward_batch, sinks, score_mod, aux_tensors) -> str | None:
     """None when the kdtree kernel can serve this call; else why the original must run.
 
@@ -154,6 +166,9 @@ def unsupported_reason(backend, q, k, v, layer, forward_batch, sinks, score_mod,
     # beyond that would be left unwritten, so such a call goes to the original. Shapes only: no sync.
     if q.shape[0] > _batch_size(md) * int(md.max_extend_len):
         return "more tokens than batch x max_extend_len"
+    per_request = _draft_tokens_per_request(forward_batch)
+    if per_request is not None and per_request > int(md.max_extend_len):
+        return "a request with more draft tokens than max_extend_len"
     kernel = _loaded_kernel()
     if kernel is None:
         return "kernel unavailable"

@@ -292,6 +292,18 @@ UNSUPPORTED = {
     "fp16 q": ({}, {}, {"q": FakeTensor((T, H, HEAD_DIM_QK), "torch.float16")}),
     "fp8 e5m2 kv": ({"_kv": "torch.float8_e5m2"}, {}, {}),
     "tokens beyond batch x max_extend_len": ({}, {}, {"q": FakeTensor((T + 1, H, HEAD_DIM_QK))}),
+    # the kernel's grid has max_extend_len rows per request: a longer request's last rows would stay
+    # unwritten (the total can still fit when other requests are shorter)
+    "a request beyond max_extend_len": (
+        {},
+        {},
+        {"batch": {"spec_info": SimpleNamespace(num_tokens_per_req=9)}},
+    ),
+    "a request beyond max_extend_len (draft_token_num)": (
+        {},
+        {},
+        {"batch": {"spec_info": SimpleNamespace(draft_token_num=9)}},
+    ),
 }
 
 

@@ -39,6 +39,7 @@ REASON_SLUGS: dict[str, str] = {
     "xai temperature": "xai_temperature",
     "no forward metadata": "no_metadata",
     "more tokens than batch x max_extend_len": "too_many_tokens",
+    "a request with more draft tokens than max_extend_len": "request_too_long",
     "kernel has no capability query": "no_capabilities",
     "kernel unavailable": "kernel_unavailable",  # the library failed to load, or the GPU is unsupported
     "kernel call failed": "kernel_error",
