@@ -12,7 +12,9 @@ declares both ``KDTREE_DEVICE_HOST`` and ``double=host`` in its build info.
 - ``probe_library(path)`` works without torch: dlopen + ABI symbol check.
 - ``load(path)`` imports torch and returns a ``VerifyKernel`` whose ``run`` launches on torch's
   current stream, never synchronises with the host and never allocates while a CUDA graph is
-  being captured (the workspace is sized from maxima and only grown outside capture).
+  being captured (the workspace is sized from maxima and only grown outside capture). The workspace
+  is one per device, so one call may be in flight per device: SGLang runs a device's attention on one
+  stream at a time; verify calls overlapped on two streams would share the split partials.
 - Every run that launches work bumps a per-device uint64 call counter (ABI 4, ``call_counter``):
   a one-element tensor per device, allocated with the workspace (outside capture), whose pointer a
   captured graph bakes in, so replays count too. ``VerifyKernel.device_calls()`` reads it without
