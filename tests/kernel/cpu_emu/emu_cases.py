@@ -77,6 +77,8 @@ SHORT: list[EmuCase] = [
     # batches, empty prefixes, rows that see nothing
     EmuCase("batch-mixed-bm32", _spec([0, 17, 3, 31], [4, 1, 4, 2], 8, 17)),
     EmuCase("batch-causal-bm64", _spec([21, 0, 9], [3, 5, 1], 16, 18, causal=True)),
+    EmuCase("no-prefix-in-the-batch", _spec([0, 0], [3, 4], 8, 28)),
+    EmuCase("no-prefix-in-the-batch-causal-splits", _spec([0, 0], [2, 1], 2, 29, causal=True), num_splits=2),
     EmuCase("rows-see-no-key", _spec([0, 12], [3, 2], 8, 19, mask_dtype=torch.uint8), edit=_no_key_visible),
     EmuCase("rows-see-no-key-split", _spec([0, 150], [2, 2], 1, 20), num_splits=3, edit=_no_key_visible),
     # split-KV + combine

@@ -45,6 +45,9 @@ POINTERS = (
 )
 
 
+_STAND_IN = torch.zeros(1, dtype=torch.int64)
+
+
 class EmulatorError(RuntimeError):
     """kdtree_verify_run failed; the emulator's message (a hard error) if it raised one."""
 
@@ -123,7 +126,9 @@ def make_args(lib: Any, case: dict[str, Any], out: torch.Tensor, call: Call) -> 
         kv_stride_t=kv_buffer.stride(0),
         qo_indptr=case["qo_indptr"].data_ptr(),
         kv_indptr=case["kv_indptr"].data_ptr(),
-        kv_indices=case["kv_indices"].data_ptr(),
+        # as the binding: an empty kv_indices (no request has a prefix key) has a null data pointer, which
+        # the library refuses; a valid stand-in the kernel never reads
+        kv_indices=case["kv_indices"].data_ptr() or _STAND_IN.data_ptr(),
         mask_indptr=None if causal else mask_indptr.data_ptr(),
         custom_mask=None if causal else case["custom_mask"].data_ptr(),
         out=out.data_ptr(),

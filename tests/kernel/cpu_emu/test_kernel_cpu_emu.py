@@ -222,6 +222,7 @@ SANITIZED = [
     "fp8-scale-i64-bm64",
     "h128n1-two-m-blocks",
     "batch-mixed-bm32",
+    "no-prefix-in-the-batch",
     "rows-see-no-key-split",
     "splits3-bm32",
     "graph-sized-bm32",
