@@ -2,10 +2,16 @@
 skipped otherwise.
 
 Every comparison checks both the per-row relative L2 error (kernel_checks.ROW_REL_L2_TOL, which a dropped
-tile or split exceeds) and, elementwise, |kernel - reference| <= ATOL + RTOL * |reference|. The kernel
-rounds the softmax probabilities to bf16 before the P.V tensor-core product (relative error <= 2^-9 per
-weight, so <= 2^-9 * max|V| ~ 0.01 absolute for N(0,1) data) and the output to bf16 (2^-9 relative);
-everything else is fp32. fp8 cases use power-of-two k_scale / v_scale so that scaled e4m3 values are exact.
+tile or split exceeds) and, elementwise, |kernel - reference| <= ATOL_ROW * rms(reference row) + RTOL *
+|reference|, the absolute part scaled by the row's own size: at long prefixes an output row is ~100x
+smaller than at short ones (near-uniform weights over 64k-128k keys), and a fixed absolute bound would be
+larger than the outputs it checks. The kernel rounds the softmax probabilities to bf16 before the P.V
+tensor-core product (2^-9 relative per weight; the errors average over the keys, so a row's error is
+~2^-9 of its size, not of max|V|) and the output to bf16 (2^-9 relative); everything else is fp32. On
+the H200 (2026-12-04) the largest element error was 1.75e-2 of its row's rms over every test (measure
+max_err_over_row_rms): ATOL_ROW leaves a 3x margin, where a fixed 1.5e-2 was larger than the
+outputs at 64k-128k keys. fp8 cases use power-of-two k_scale / v_scale so that scaled e4m3 values are
+exact.
 The tests with needles, exact q=0 answers, faulty builds and SGLang's Triton are in test_teeth_gpu.py.
 """
 
@@ -26,8 +32,9 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 
-ATOL = 1.5e-2
+ATOL = 1.5e-2  # the absolute bound of the allclose checks on short-prefix cases (rows of size ~1)
 RTOL = 1.5e-2
+ATOL_ROW = 5e-2  # _check's absolute bound, as a fraction of the reference row's rms
 SENTINEL = 7.0  # written into `out` before a call: rows the kernel must not touch keep it
 
 
@@ -74,7 +81,9 @@ def _check(vk, spec: CaseSpec, *, max_extend_len: int | None = None, extra_rows:
     assert problem is None, problem
     err = (got - ref).abs()
     record("max_abs_err", float(err.max()))
-    bound = ATOL + RTOL * ref.abs()
+    row_rms = ref.pow(2).mean(dim=-1, keepdim=True).sqrt()  # [T, H, 1]
+    bound = ATOL_ROW * row_rms + RTOL * ref.abs()
+    record("max_err_over_row_rms", float((err / row_rms.clamp_min(1e-30)).max()))
     worst = int(torch.argmax(err - bound))
     assert bool((err <= bound).all()), (
         f"max abs err {err.max().item():.4g} (bound at worst {bound.flatten()[worst].item():.4g}), "

@@ -65,8 +65,8 @@ def faulty(request):
     return request.param, _build_faulty(request.param)
 
 
-def _splits(vk, case, heads: int, n: int, block_m: int = 0) -> tuple[int, int, int]:
-    """(num_splits, key tiles per split of request 0, keys per tile) as the library launches this case
+def _splits(vk, case, heads: int, n: int, block_m: int = 0, request: int = 0) -> tuple[int, int, int]:
+    """(num_splits, key tiles per split of `request`, keys per tile) as the library launches this case
     (the kernel's own arithmetic: tiles of the layout's BN keys, the minimum rounded up to them)."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     dtype = kernel.KV_FP8_E4M3 if case["kv_buffer"].dtype == torch.float8_e4m3fn else kernel.KV_BF16
@@ -75,7 +75,7 @@ def _splits(vk, case, heads: int, n: int, block_m: int = 0) -> tuple[int, int, i
     )
     bn = vk.lib.kdtree_verify_block_n(vk.lib.kdtree_verify_block_m(heads, n, block_m))
     min_tiles = -(-vk.lib.kdtree_verify_min_split_tiles(heads, n, dtype) * TILE // bn)
-    total = int(case["kv_indptr"][1] - case["kv_indptr"][0]) + n
+    total = int(case["kv_indptr"][request + 1] - case["kv_indptr"][request]) + n
     tiles = -(-total // bn)
     return splits, max(-(-tiles // splits), min_tiles), bn
 
@@ -112,6 +112,41 @@ def test_every_needle_at_the_ends_and_at_split_and_tile_boundaries_is_seen(
     got = _run(vk, gpu_case, n)
     assert kc.check_needles(got, ref, case, cols) is None, kc.check_needles(got, ref, case, cols)
     assert kc.check_rows(got, ref) is None, kc.check_rows(got, ref)
+
+
+@pytest.mark.parametrize(("causal", "kv_dtype"), [(False, torch.bfloat16), (True, torch.float8_e4m3fn)])
+def test_needles_on_the_middle_request_of_a_mixed_batch_are_seen(vk, causal, kv_dtype):
+    """A long request between two short ones: its split and tile boundaries are its own (request 1's
+    keys start mid-pool), and its neighbours stay right."""
+    n, heads = 4, 8
+    spec = CaseSpec(
+        prefix_lens=[300, 65536, 17], ns=[n, n, n], heads=heads, kv_dtype=kv_dtype, causal=causal, seed=77
+    )
+    case = make_case(spec, "cpu")
+    splits, per_split, bn = _splits(vk, case, heads, n, request=1)
+    assert splits > 1, "the case must split the middle request"
+    cols = kc.add_needles(case, kc.boundary_positions(65536 + n, bn, splits, per_split), request=1)
+    ref = verify_attention_reference(**case)
+    got = _run(vk, {k: (v.cuda() if torch.is_tensor(v) else v) for k, v in case.items()}, n)
+    problem = kc.check_needles(got, ref, case, cols, request=1)
+    assert problem is None, problem
+    assert kc.check_rows(got, ref) is None, kc.check_rows(got, ref)
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16", "fp8"])
+def test_every_request_of_a_mixed_batch_gives_its_exact_bucket_answer(vk, kv_dtype):
+    spec = CaseSpec(
+        prefix_lens=[5, 65536, 0, 4099],
+        ns=[16, 16, 16, 16],
+        heads=8,
+        kv_dtype=kv_dtype,
+        k_scale=0.5 if kv_dtype == torch.float8_e4m3fn else 1.0,
+        seed=88,
+    )
+    case = make_case(spec, "cpu")
+    exact = kc.make_bucket_case(case)
+    got = _run(vk, {k: (v.cuda() if torch.is_tensor(v) else v) for k, v in case.items()}, 16)
+    assert kc.check_exact(got, exact) is None, kc.check_exact(got, exact)
 
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16", "fp8"])
