@@ -29,6 +29,23 @@ CGROUP = "/system.slice/sglang-test.service"
 NCCL = {"NCCL_P2P_LEVEL": "SYS", "NCCL_ALGO": "Ring"}
 
 
+# the test double's stock unit (tests/doubles/sglang.service) and the real-engine host's
+# (tests/engine/sglang.service), as the unit's main process shows them in /proc/PID/cmdline
+DOUBLE_CMDLINE = [
+    "/opt/sglang/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/tiny-test",
+    "--tp-size", "2", "--host", "127.0.0.1", "--port", "30000",
+]  # fmt: skip
+ENGINE_CMDLINE = [*DOUBLE_CMDLINE, "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "8"]
+
+
+METRICS_TEXT = """# HELP sglang:spec_accept_length Mean acceptance length of speculative decoding.
+# TYPE sglang:spec_accept_length gauge
+sglang:spec_accept_length{engine_type="unified",model_name="/m",tp_rank="0"} 3.5
+sglang:spec_accept_length{engine_type="unified",model_name="/m",tp_rank="1"} 2.5
+sglang:spec_accept_rate{engine_type="unified",model_name="/m",tp_rank="0"} 0.9
+"""
+
+
 def spawn(title: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     """A process whose /proc/PID/cmdline starts with `title` (as SGLang's setproctitle makes it)."""
     proc = subprocess.Popen(

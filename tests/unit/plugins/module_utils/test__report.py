@@ -1,30 +1,30 @@
 """The fleet report's host side (module_utils/_report, module kdtree_report) on a fixture host
 (report_host.py beside this file, its fixtures through tests/unit/plugins/conftest.py: live titled
 processes, a status directory, a fake `systemctl show`, a cgroup.procs file, a history, a /health server
-in this process); the table it makes of a gathered row (filters kdtree_report_rows/kdtree_report_table).
-The table's own rules: tests/unit/plugins/plugin_utils/test__report_table.py; the role and playbook:
-tests/roles/test_report.py. Nothing here needs systemd or a container.
+in this process). Module-side code only (ansible-test units runs this directory without the controller's
+modules): the table, and a gathered row in it, are tests/unit/plugins/plugin_utils/test__report_table.py;
+the role and playbook: tests/roles/test_report.py. Nothing here needs systemd or a container.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from ansible_collections.kdtree.fleet.plugins.filter import report as report_filter
 from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
 from ansible_collections.kdtree.fleet.plugins.module_utils import _report as report
 from ansible_collections.kdtree.fleet.plugins.module_utils import _speed as speed_module
 from ansible_collections.kdtree.fleet.plugins.modules import kdtree_report
 from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.report_host import (
+    DOUBLE_CMDLINE,
+    ENGINE_CMDLINE,
+    METRICS_TEXT,
     FixtureReader,
-    Host,
     counters,
     dead_pid,
     gather,
@@ -269,14 +269,6 @@ def test_kernel_calls_prefer_each_files_device_count():
 # ---------------------------------------------------------------------------------------------
 # why a kernel count is 0
 
-# the test double's stock unit (tests/doubles/sglang.service) and the real-engine host's
-# (tests/engine/sglang.service), as the unit's main process shows them in /proc/PID/cmdline
-DOUBLE_CMDLINE = [
-    "/opt/sglang/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/tiny-test",
-    "--tp-size", "2", "--host", "127.0.0.1", "--port", "30000",
-]  # fmt: skip
-ENGINE_CMDLINE = [*DOUBLE_CMDLINE, "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "8"]
-
 
 @pytest.mark.parametrize(
     ("args", "algorithm"),
@@ -322,50 +314,6 @@ def test_a_zero_kernel_count_says_why_first_reason_that_holds(facts, why):
         )
 
 
-def _zero_counters(fixture: Host) -> None:
-    for proc in (fixture.tp0, fixture.tp1):
-        fixture.write_status(
-            proc.pid,
-            status(proc.pid, title=f"sglang::scheduler_TP{proc is fixture.tp1:d}", counters=counters(0, {})),
-        )
-
-
-@pytest.mark.parametrize(
-    ("cmdline", "why"),
-    [(DOUBLE_CMDLINE, "no spec decoding"), (ENGINE_CMDLINE, "no traffic yet")],
-    ids=["no-speculative-decoding", "no-traffic"],
-)
-def test_a_host_without_verify_calls_says_why_in_its_row_its_schedulers_and_the_table(
-    host, monkeypatch, cmdline, why
-):
-    host.deploy(nccl_env={"NCCL_P2P_LEVEL": "SYS"})  # as the main process runs it
-    _zero_counters(host)
-    monkeypatch.setattr(FixtureReader, "cmdline", lambda self, pid: list(cmdline))
-    row = gather(host)
-    assert row["kernel_calls"] == 0 and row["speculative_algorithm"] == (
-        "" if cmdline is DOUBLE_CMDLINE else "NGRAM"
-    )
-    assert row["kernel_calls_why"] == why and row["kernel_calls_note"]
-    assert [s["kernel_calls_why"] for s in row["schedulers"]] == [why, why]
-    assert json.loads(json.dumps(row))["kernel_calls_note"] == row["kernel_calls_note"]
-    assert row["problems"] == []  # a reason, not something to look at: the host stays ok
-    lines = report_filter.kdtree_report_table(report_filter.kdtree_report_rows([{"row": row}], ["gpu-1"]))
-    header, host_line, *scheduler_lines = lines.splitlines()
-    kernel_at = header.index("KERNEL")
-    assert len(scheduler_lines) == 2
-    for line in (host_line, *scheduler_lines):
-        assert line[kernel_at:].split("  ")[0] == f"0 ({why})", line
-    assert re.split(r"\s{2,}", host_line)[1] == "ok"
-
-
-METRICS_TEXT = """# HELP sglang:spec_accept_length Mean acceptance length of speculative decoding.
-# TYPE sglang:spec_accept_length gauge
-sglang:spec_accept_length{engine_type="unified",model_name="/m",tp_rank="0"} 3.5
-sglang:spec_accept_length{engine_type="unified",model_name="/m",tp_rank="1"} 2.5
-sglang:spec_accept_rate{engine_type="unified",model_name="/m",tp_rank="0"} 0.9
-"""
-
-
 @pytest.mark.parametrize(
     ("text", "value"),
     [
@@ -383,32 +331,6 @@ def test_the_accept_length_is_sglangs_own_gauge(text, value):
 
 def test_the_metrics_url_is_next_to_the_health_url():
     assert report.metrics_url("http://127.0.0.1:30000/health") == "http://127.0.0.1:30000/metrics"
-
-
-@pytest.mark.parametrize(
-    ("cmdline", "algo", "accept"),
-    [(ENGINE_CMDLINE, "NGRAM", "3.00"), (DOUBLE_CMDLINE, "none", "-"), (["/bin/sh", "-c", "x"], "-", "-")],
-    ids=["speculative", "no-speculative-decoding", "cannot-say"],
-)
-def test_the_table_shows_the_units_algorithm_and_sglangs_accept_length(
-    host, monkeypatch, cmdline, algo, accept
-):
-    host.deploy()
-    host.write_status(host.tp0.pid, status(host.tp0.pid, counters=counters(5, {})))
-    monkeypatch.setattr(FixtureReader, "cmdline", lambda self, pid: list(cmdline))
-    asked = []
-    monkeypatch.setattr(
-        FixtureReader, "metrics", lambda self, url: asked.append(url) or METRICS_TEXT, raising=False
-    )
-    row = gather(host, "http://127.0.0.1:30000/health")
-    assert row["spec_accept_length"] == (3.0 if accept != "-" else None)
-    assert asked == (
-        ["http://127.0.0.1:30000/metrics"] if algo not in ("none", "-") else []
-    )  # only when speculative
-    table = report_filter.kdtree_report_table(report_filter.kdtree_report_rows([{"row": row}], ["gpu-1"]))
-    header, host_line, *_ = table.splitlines()
-    cells = dict(zip(re.split(r"\s{2,}", header), re.split(r"\s{2,}", host_line), strict=False))
-    assert (cells["ALGO"], cells["ACCEPT"]) == (algo, accept)
 
 
 def test_a_server_without_metrics_gives_no_accept_length_and_no_problem(host, monkeypatch, health_server):
@@ -498,46 +420,6 @@ def test_a_file_whose_publisher_stopped_writing_is_not_fresh(host):
     fresh = {s["pid"]: s["fresh"] for s in row["schedulers"]}
     assert fresh[host.tp0.pid] == "" and "last updated 3600 s ago" in fresh[host.tp1.pid]
     assert row["status_interval_s"] == 5.0  # the unit sets no KDTREE_STATUS_INTERVAL: the patch's default
-
-
-def test_the_report_shows_speedup_with_the_worst_bucket_and_coverage_and_the_json_carries_the_buckets(
-    host, health_server
-):
-    host.deploy()
-    # TP0: b1 60 calls 3 s vs 1 s, b8 30 calls 1.8 s vs 2 s (slow); TP1: b1 40 calls 2 s vs 1 s
-    tp0 = status(
-        host.tp0.pid,
-        counters=counters(0, {"validate": 90, "not_verify": 50, "dtype": 10}),
-        validate={"compared": 90, "mismatches": 0, "max_diff": 0.001},
-        timing=status_timing(status_bucket(1, 60, 3.0, 1.0), status_bucket(8, 30, 1.8, 2.0)),
-    )
-    tp1 = status(
-        host.tp1.pid,
-        counters=counters(0, {"validate": 40}),
-        validate={"compared": 40, "mismatches": 0, "max_diff": 0.001},
-        timing=status_timing(status_bucket(1, 40, 2.0, 1.0), status_bucket(2, 5, 0.1, 1.0)),
-    )
-    host.write_status(host.tp0.pid, tp0)
-    host.write_status(host.tp1.pid, tp1)
-    row = gather(host, health_server)
-    speed = row["speed"]
-    # a ratio of sums over every timed call: (3 + 1.8 + 2 + 0.1) / (1 + 2 + 1 + 1)
-    assert speed["timed_calls"] == 135 and speed["speedup"] == pytest.approx(6.9 / 5.0)
-    by_label = {b["label"]: b for b in speed["buckets"]}
-    assert by_label["b1/n4/le256/h16"]["timed_calls"] == 100  # the two schedulers' bucket summed
-    assert by_label["b1/n4/le256/h16"]["speedup"] == pytest.approx(2.5)
-    assert by_label["b2/n4/le256/h16"]["speedup"] is None  # 5 samples: below MIN_BUCKET_CALLS, not shown
-    assert speed["worst_bucket"] == {"label": "b8/n4/le256/h16", "speedup": pytest.approx(0.9)}
-    # coverage: 130 served (validate) of 140 target-verify calls (not_verify is another forward mode)
-    assert row["coverage"]["share"] == pytest.approx(130 / 140) and row["coverage"]["not_served"] == {
-        "dtype": 10
-    }
-    json.dumps(row)  # the JSON file carries the buckets as they are
-    table = report_filter.kdtree_report_table(report_filter.kdtree_report_rows([{"row": row}], ["gpu-1"]))
-    header, host_line, *_ = table.splitlines()
-    cells = dict(zip(re.split(r"\s{2,}", header), re.split(r"\s{2,}", host_line), strict=False))
-    assert cells["SPEEDUP"] == "1.38 (worst b8/n4/le256/h16 0.90)"
-    assert cells["COVERAGE"] == "93% (dtype 10)"
 
 
 def test_odd_timing_is_refused_by_the_reader_and_never_shown_as_a_speedup(host, health_server):

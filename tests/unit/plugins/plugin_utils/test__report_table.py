@@ -1,7 +1,8 @@
 """The fleet report's rows and table on the controller (plugin_utils/_report_table, filters
 kdtree_report_rows/kdtree_report_table): a column per field, aligned lines, a line per scheduler under
-its host, every host a row in the inventory's order. The host side: tests/unit/plugins/module_utils/
-test__report.py.
+its host, every host a row in the inventory's order; and rows gathered by the host side from a fixture
+host (module_utils/report_host.py, its fixtures through tests/unit/plugins/conftest.py) as the table
+shows them. The host side alone: tests/unit/plugins/module_utils/test__report.py.
 """
 
 from __future__ import annotations
@@ -13,6 +14,18 @@ import pytest
 from ansible_collections.kdtree.fleet.plugins.filter import report as report_filter
 from ansible_collections.kdtree.fleet.plugins.module_utils import _report as report
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
+from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.report_host import (
+    DOUBLE_CMDLINE,
+    ENGINE_CMDLINE,
+    METRICS_TEXT,
+    FixtureReader,
+    Host,
+    counters,
+    gather,
+    status,
+    status_bucket,
+    status_timing,
+)
 
 # ---------------------------------------------------------------------------------------------
 # the table and the rows (controller side)
@@ -176,3 +189,109 @@ def test_rows_keep_the_hosts_order_and_give_every_host_a_row():
     json.dumps(rows)
     with pytest.raises(Exception, match="2 results for 1 hosts"):
         report_filter.kdtree_report_rows([{}, {}], ["a"])
+
+
+# ---------------------------------------------------------------------------------------------
+# a row gathered on a fixture host, as the table shows it
+
+
+def _zero_counters(fixture: Host) -> None:
+    for proc in (fixture.tp0, fixture.tp1):
+        fixture.write_status(
+            proc.pid,
+            status(proc.pid, title=f"sglang::scheduler_TP{proc is fixture.tp1:d}", counters=counters(0, {})),
+        )
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "why"),
+    [(DOUBLE_CMDLINE, "no spec decoding"), (ENGINE_CMDLINE, "no traffic yet")],
+    ids=["no-speculative-decoding", "no-traffic"],
+)
+def test_a_host_without_verify_calls_says_why_in_its_row_its_schedulers_and_the_table(
+    host, monkeypatch, cmdline, why
+):
+    host.deploy(nccl_env={"NCCL_P2P_LEVEL": "SYS"})  # as the main process runs it
+    _zero_counters(host)
+    monkeypatch.setattr(FixtureReader, "cmdline", lambda self, pid: list(cmdline))
+    row = gather(host)
+    assert row["kernel_calls"] == 0 and row["speculative_algorithm"] == (
+        "" if cmdline is DOUBLE_CMDLINE else "NGRAM"
+    )
+    assert row["kernel_calls_why"] == why and row["kernel_calls_note"]
+    assert [s["kernel_calls_why"] for s in row["schedulers"]] == [why, why]
+    assert json.loads(json.dumps(row))["kernel_calls_note"] == row["kernel_calls_note"]
+    assert row["problems"] == []  # a reason, not something to look at: the host stays ok
+    lines = report_filter.kdtree_report_table(report_filter.kdtree_report_rows([{"row": row}], ["gpu-1"]))
+    header, host_line, *scheduler_lines = lines.splitlines()
+    kernel_at = header.index("KERNEL")
+    assert len(scheduler_lines) == 2
+    for line in (host_line, *scheduler_lines):
+        assert line[kernel_at:].split("  ")[0] == f"0 ({why})", line
+    assert re.split(r"\s{2,}", host_line)[1] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "algo", "accept"),
+    [(ENGINE_CMDLINE, "NGRAM", "3.00"), (DOUBLE_CMDLINE, "none", "-"), (["/bin/sh", "-c", "x"], "-", "-")],
+    ids=["speculative", "no-speculative-decoding", "cannot-say"],
+)
+def test_the_table_shows_the_units_algorithm_and_sglangs_accept_length(
+    host, monkeypatch, cmdline, algo, accept
+):
+    host.deploy()
+    host.write_status(host.tp0.pid, status(host.tp0.pid, counters=counters(5, {})))
+    monkeypatch.setattr(FixtureReader, "cmdline", lambda self, pid: list(cmdline))
+    asked = []
+    monkeypatch.setattr(
+        FixtureReader, "metrics", lambda self, url: asked.append(url) or METRICS_TEXT, raising=False
+    )
+    row = gather(host, "http://127.0.0.1:30000/health")
+    assert row["spec_accept_length"] == (3.0 if accept != "-" else None)
+    assert asked == (
+        ["http://127.0.0.1:30000/metrics"] if algo not in ("none", "-") else []
+    )  # only when speculative
+    table = report_filter.kdtree_report_table(report_filter.kdtree_report_rows([{"row": row}], ["gpu-1"]))
+    header, host_line, *_ = table.splitlines()
+    cells = dict(zip(re.split(r"\s{2,}", header), re.split(r"\s{2,}", host_line), strict=False))
+    assert (cells["ALGO"], cells["ACCEPT"]) == (algo, accept)
+
+
+def test_the_report_shows_speedup_with_the_worst_bucket_and_coverage_and_the_json_carries_the_buckets(
+    host, health_server
+):
+    host.deploy()
+    # TP0: b1 60 calls 3 s vs 1 s, b8 30 calls 1.8 s vs 2 s (slow); TP1: b1 40 calls 2 s vs 1 s
+    tp0 = status(
+        host.tp0.pid,
+        counters=counters(0, {"validate": 90, "not_verify": 50, "dtype": 10}),
+        validate={"compared": 90, "mismatches": 0, "max_diff": 0.001},
+        timing=status_timing(status_bucket(1, 60, 3.0, 1.0), status_bucket(8, 30, 1.8, 2.0)),
+    )
+    tp1 = status(
+        host.tp1.pid,
+        counters=counters(0, {"validate": 40}),
+        validate={"compared": 40, "mismatches": 0, "max_diff": 0.001},
+        timing=status_timing(status_bucket(1, 40, 2.0, 1.0), status_bucket(2, 5, 0.1, 1.0)),
+    )
+    host.write_status(host.tp0.pid, tp0)
+    host.write_status(host.tp1.pid, tp1)
+    row = gather(host, health_server)
+    speed = row["speed"]
+    # a ratio of sums over every timed call: (3 + 1.8 + 2 + 0.1) / (1 + 2 + 1 + 1)
+    assert speed["timed_calls"] == 135 and speed["speedup"] == pytest.approx(6.9 / 5.0)
+    by_label = {b["label"]: b for b in speed["buckets"]}
+    assert by_label["b1/n4/le256/h16"]["timed_calls"] == 100  # the two schedulers' bucket summed
+    assert by_label["b1/n4/le256/h16"]["speedup"] == pytest.approx(2.5)
+    assert by_label["b2/n4/le256/h16"]["speedup"] is None  # 5 samples: below MIN_BUCKET_CALLS, not shown
+    assert speed["worst_bucket"] == {"label": "b8/n4/le256/h16", "speedup": pytest.approx(0.9)}
+    # coverage: 130 served (validate) of 140 target-verify calls (not_verify is another forward mode)
+    assert row["coverage"]["share"] == pytest.approx(130 / 140) and row["coverage"]["not_served"] == {
+        "dtype": 10
+    }
+    json.dumps(row)  # the JSON file carries the buckets as they are
+    table = report_filter.kdtree_report_table(report_filter.kdtree_report_rows([{"row": row}], ["gpu-1"]))
+    header, host_line, *_ = table.splitlines()
+    cells = dict(zip(re.split(r"\s{2,}", header), re.split(r"\s{2,}", host_line), strict=False))
+    assert cells["SPEEDUP"] == "1.38 (worst b8/n4/le256/h16 0.90)"
+    assert cells["COVERAGE"] == "93% (dtype 10)"
