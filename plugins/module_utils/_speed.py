@@ -14,9 +14,11 @@ kernel calls, and validate's compared calls (the kernel ran on them). The rest b
 first.
 
 Odd evidence refuses, never counts as zero: a bucket without a field, a count that is not an int
->= 0, a time that is not a finite number >= 0, or no kernel (or original) time with timed calls
-gives a `problem` and no figure. The status files were checked by the patch's statusdir.py already;
-this checks again what it is handed (a report row's JSON, a test's synthetic evidence).
+>= 0, a time that is not a finite number >= 0, no kernel (or original) time with timed calls, seconds
+without a timed call, a time per call outside what a verify call can physically take
+([MIN_CALL_S, MAX_CALL_S] on either path), or sums that overflow gives a `problem` and no figure.
+The status files were checked by the patch's statusdir.py already; this checks again what it is
+handed (a report row's JSON, a test's synthetic evidence).
 
 Stdlib only (module_utils: the report module runs it on the host, promotion on the controller).
 """
@@ -32,6 +34,12 @@ MIN_BUCKET_CALLS = 10
 # short prefixes of its label: b<batch>/n<draft>/<prefix>/h<heads>.
 LABEL_PARTS = (("batch", "b"), ("draft", "n"), ("prefix", ""), ("heads", "h"))
 SECONDS = ("original_s", "kernel_s")
+# What one timed verify call can take on either path, in seconds (the one owner of these bounds): no
+# launch of a CUDA kernel, let alone attention over a prefix, completes in under a microsecond (a launch
+# alone is several), and a call of a minute would have tripped every serving timeout first. A time per
+# call outside them is fabricated or broken evidence, never a speedup.
+MIN_CALL_S = 1e-6
+MAX_CALL_S = 60.0
 # original_calls slugs (the patch's counters.py) that are not target-verify calls of the target model
 NOT_TARGET_VERIFY = ("not_verify", "draft_runner")
 # validate's compared calls: the kernel ran on them (counters.py VALIDATE_SLUGS)
@@ -74,6 +82,14 @@ def bucket_problem(bucket: Any) -> str:
             return f"bucket {label} {key} is {bucket[key]!r}, not a time (a finite number >= 0)"
         if calls and not bucket[key]:
             return f"bucket {label} {key} is 0 with {calls} timed calls"
+        if not calls and bucket[key]:
+            return f"bucket {label} {key} is {bucket[key]!r} with 0 timed calls"
+        per_call = float(bucket[key]) / calls if calls else None
+        if per_call is not None and not MIN_CALL_S <= per_call <= MAX_CALL_S:
+            return (
+                f"bucket {label} {key} is {per_call:.3g} s per call, outside what a verify call takes "
+                f"([{MIN_CALL_S:g}, {MAX_CALL_S:g}] s)"
+            )
     return ""
 
 
@@ -128,6 +144,11 @@ def speed(buckets: Any, min_bucket_calls: int = MIN_BUCKET_CALLS) -> dict[str, A
         out["timed_calls"] += calls
         out["original_s"] += item["original_s"]
         out["kernel_s"] += item["kernel_s"]
+    sums = [out["original_s"], out["kernel_s"]] + [b[k] for b in out["buckets"] for k in SECONDS]
+    if not all(math.isfinite(v) for v in sums):
+        out.update(timed_calls=0, original_s=0.0, kernel_s=0.0, buckets=[])
+        out["problem"] = "the timing sums overflow (not finite)"
+        return out
     if out["timed_calls"]:
         out["speedup"] = ratio(out["original_s"], out["kernel_s"])
     shown = [b for b in out["buckets"] if b["speedup"] is not None]

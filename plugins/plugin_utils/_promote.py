@@ -31,7 +31,8 @@ A host qualifies when every rule holds (`why` names every rule that does not):
 - speed (module_utils/_speed.py, the one definition): at least `min_timed_calls` calls timed on
   both paths in the current run (the report's `speed`, summed over the schedulers), and a speedup
   (the original's seconds / the kernel's) of at least `min_speedup` (DEFAULT_MIN_SPEEDUP: 1.0 plus a
-  noise margin); no bucket shown (enough samples) slower than the original (below SLOW_BUCKET); the
+  noise margin); no bucket shown (enough samples) slower than the original (below SLOW_BUCKET); each
+  scheduler timed on its own and neither it nor one of its buckets slower than the original; the
   figure is re-derived here from the buckets, and odd timing (NaN, a negative or missing value, no
   kernel time with calls) refuses, never counts as zero. A host that fails says its figure and the
   worst bucket;
@@ -232,6 +233,33 @@ def speed_problems(row: dict[str, Any], min_timed_calls: int, min_speedup: float
     return why, evidence
 
 
+def scheduler_speed_problems(reporting: list[dict[str, Any]]) -> list[str]:
+    """Each scheduler judged on its own timing (its report entry's `speed`, re-derived from its buckets):
+    timed at all, and neither slower than the original overall nor in a bucket with enough samples
+    (SLOW_BUCKET). A host's sum can hide one slow or untimed scheduler; this does not."""
+    why = []
+    for item in reporting:
+        pid = item.get("pid")
+        given = item.get("speed")
+        if not isinstance(given, dict):
+            why.append(f"scheduler pid {pid} has no timing")
+            continue
+        figure = speed.speed(given.get("buckets"))
+        if figure["problem"]:
+            why.append(f"scheduler pid {pid} timing this gate does not understand: {figure['problem']}")
+        elif not figure["timed_calls"]:
+            why.append(f"scheduler pid {pid} timed no call")
+        elif figure["speedup"] < SLOW_BUCKET:
+            why.append(f"scheduler pid {pid} is slower than the original (speedup {figure['speedup']:.2f})")
+        elif figure["worst_bucket"] and figure["worst_bucket"]["speedup"] < SLOW_BUCKET:
+            worst = figure["worst_bucket"]
+            why.append(
+                f"scheduler pid {pid} bucket {worst['label']} is slower than the original "
+                f"(speedup {worst['speedup']:.2f})"
+            )
+    return why
+
+
 def _epoch(text: Any) -> float | None:
     try:
         return float(calendar.timegm(time.strptime(str(text), HISTORY_TIME)))
@@ -359,7 +387,7 @@ def qualify(
         why.append(f"{fallbacks} runtime fallbacks ({reason})")
 
     slow, evidence = speed_problems(row, min_timed_calls, min_speedup)
-    why += slow
+    why += slow or scheduler_speed_problems(reporting)
 
     if why:
         return False, "; ".join(why)

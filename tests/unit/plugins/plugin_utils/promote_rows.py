@@ -22,7 +22,8 @@ T0 = 1_790_000_000.0  # the deploy's start (epoch s) in the rows below
 STARTED = time.strftime(promote.HISTORY_TIME, time.gmtime(T0))
 
 
-def scheduler(pid: int, compared: int = 600, **over) -> dict:
+def scheduler(pid: int, compared: int = 600, buckets: list | None = None, **over) -> dict:
+    """One scheduler's report entry; its own timing is `buckets` (default: one bucket, speedup 1.5)."""
     item = {
         "pid": pid,
         "title": f"sglang::scheduler_TP{pid % 10}",
@@ -36,6 +37,7 @@ def scheduler(pid: int, compared: int = 600, **over) -> dict:
         "max_diff": 0.004,
         "runtime_fallbacks": 0,
         "fresh": "",
+        "speed": {"buckets": buckets if buckets is not None else [timing_bucket()]},
     }
     return {**item, **over}
 
@@ -75,7 +77,7 @@ def good_row(**over) -> dict:
         "schedulers_running": 2,
         "schedulers_patched": 2,
         "schedulers_expected": 2,
-        "schedulers": [scheduler(101), scheduler(102)],
+        "schedulers": [scheduler(101), scheduler(102, buckets=[timing_bucket(batch=8)])],
         "runtime_fallbacks": 0,
         "runtime_fallback_reason": "",
         "validate_compared": 1200,

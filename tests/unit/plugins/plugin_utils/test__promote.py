@@ -436,3 +436,35 @@ def test_the_speed_settings_refuse_bad_input():
     ):
         with pytest.raises(promote.PromoteError):
             promote.speed_settings(**bad)
+
+
+@pytest.mark.parametrize(
+    ("second", "part"),
+    [
+        pytest.param(
+            scheduler(102, buckets=[timing_bucket(batch=8, original_s=1.0, kernel_s=1.25)]),
+            "scheduler pid 102 is slower than the original (speedup 0.80)",
+            id="one-slow-scheduler",
+        ),
+        pytest.param(
+            scheduler(102, buckets=[]), "scheduler pid 102 timed no call", id="one-untimed-scheduler"
+        ),
+        pytest.param(scheduler(102, speed=None), "scheduler pid 102 has no timing", id="no-timing-at-all"),
+        pytest.param(
+            scheduler(
+                102, buckets=[timing_bucket(batch=8), timing_bucket(batch=2, original_s=1.0, kernel_s=2.0)]
+            ),
+            "scheduler pid 102 bucket b2/n4/le1024/h16 is slower than the original (speedup 0.50)",
+            id="a-slow-bucket-of-one-scheduler",
+        ),
+    ],
+)
+def test_each_scheduler_is_judged_on_its_own_timing_not_only_the_hosts_sum(second, part):
+    # the host's sum (row["speed"]) stays the good 1.50: only the scheduler's own figure shows it
+    ok, why = judge(good_row(schedulers=[scheduler(101), second]))
+    assert not ok and part in why, why
+
+
+def test_a_host_with_every_scheduler_timed_and_faster_qualifies_with_its_evidence():
+    ok, why = judge(good_row())
+    assert ok and "speedup 1.50 over 400 timed calls" in why, why
