@@ -28,7 +28,6 @@ collection: venv
 test-roles-fast: venv
 	$(VBIN)/pytest -q tests/roles
 
-# The plugins' unit tests (tests/unit) with the tools venv's pytest.
 # The plugins' unit tests (tests/unit) with the tools venv's pytest; make test runs them with
 # ansible-test units instead (test-publish-units, mk/publish.mk).
 test-units-fast: venv

@@ -1,6 +1,6 @@
 // kdtree_verify: C ABI of the verify-attention kernel (absorbed MLA, draft tree mask or causal draft block).
 // Plain pointers, strides (in elements), sizes and a cudaStream_t: no torch, no C++ ABI.
-// The Python binding (files/sglang_ext/kdtree_verify/kernel.py) mirrors kdtree_verify_args with
+// The Python binding (files/sglang_ext/kdtree_verify/kernel/binding.py) mirrors kdtree_verify_args with
 // ctypes; bump KDTREE_VERIFY_ABI_VERSION whenever this struct or a signature changes.
 #ifndef KDTREE_VERIFY_H_
 #define KDTREE_VERIFY_H_
