@@ -41,6 +41,11 @@ REPORT_TABLE_TESTS = "tests/unit/plugins/plugin_utils/test__report_table.py"
 PROMOTE = "plugins/plugin_utils/_promote.py"
 PROMOTE_TESTS = "tests/unit/plugins/plugin_utils/test__promote.py"
 PROMOTE_RULES = f"{PROMOTE_TESTS}::test_each_rule_keeps_the_host_in_validate_and_says_why"
+PROMOTE_SCHEDULERS = (
+    f"{PROMOTE_TESTS}::test_each_scheduler_is_judged_on_its_own_timing_not_only_the_hosts_sum"
+)
+SPEED = "plugins/module_utils/_speed.py"
+SPEED_TESTS = "tests/unit/plugins/module_utils/test__speed.py"
 HTTP = "plugins/module_utils/_http_client.py"
 HTTP_TESTS = "tests/unit/plugins/module_utils/test__http_client.py"
 LOCK = "plugins/module_utils/_lock.py"
@@ -205,6 +210,33 @@ MUTANTS = (
         "if False:",
         (f"{PROMOTE_RULES}[one-scheduler-compared-nothing]",),
         "the promotion accepts a host one of whose schedulers compared no call",
+    ),
+    Mutant(
+        "speed-seconds-without-calls",
+        SPEED,
+        "bucket_problem",
+        r"if not calls and bucket\[key\]:",
+        "if False:",
+        (f"{SPEED_TESTS}::test_seconds_without_a_timed_call_refuse_rather_than_inflate_the_sum",),
+        "seconds of a bucket that timed no call count in the speed sums",
+    ),
+    Mutant(
+        "speed-no-per-call-bound",
+        SPEED,
+        "bucket_problem",
+        r"not MIN_CALL_S <= per_call <= MAX_CALL_S",
+        "False",
+        (f"{SPEED_TESTS}::test_a_time_per_call_no_verify_call_can_take_refuses",),
+        "a kernel time per call no verify call can take (1e-300 s) gives a speedup",
+    ),
+    Mutant(
+        "promote-host-sum-only",
+        PROMOTE,
+        "qualify",
+        r"why \+= slow or scheduler_speed_problems\(reporting\)",
+        "why += slow",
+        (PROMOTE_SCHEDULERS,),
+        "the promotion judges speed only summed over the host: a slow or untimed scheduler is hidden",
     ),
     Mutant(
         "promote-tolerance",
