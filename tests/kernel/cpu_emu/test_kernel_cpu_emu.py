@@ -270,12 +270,19 @@ def test_address_sanitizer_reports_a_read_past_an_exact_size_buffer(emu, asan):
 TSAN_ENV = {"TSAN_OPTIONS": "halt_on_error=1:exitcode=66:report_signal_unsafe=0"}
 
 
+@pytest.fixture(scope="session")
+def tsan(tmp_path_factory) -> Path:
+    """emu_run built with ThreadSanitizer."""
+    out = tmp_path_factory.mktemp("cpu-emu-tsan")
+    emu_driver.build(out, sanitize="thread", fault=FAULT)
+    return out / "emu_run"
+
+
 @pytest.mark.parametrize("name", ["h1n1", "splits3-bm32"])
-def test_short_cases_are_race_free_under_thread_sanitizer(tmp_path, emu, name):
-    emu_driver.build(tmp_path, sanitize="thread", fault=FAULT)
+def test_short_cases_are_race_free_under_thread_sanitizer(emu, tsan, name):
     c = next(c for c in SHORT if c.name == name)
     case, out, valid = prepare(c)
-    proc = run_exact(tmp_path / "emu_run", emu.lib, case, out, call_of(c), env=_env(TSAN_ENV))
+    proc = run_exact(tsan, emu.lib, case, out, call_of(c), env=_env(TSAN_ENV))
     assert proc.returncode == 0 and "ThreadSanitizer" not in proc.stderr, proc.stderr[-4000:]
     problem = problem_of(out, reference(case, valid), valid)
     assert problem is None, problem
