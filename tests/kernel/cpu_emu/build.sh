@@ -3,8 +3,9 @@
 # by g++ with -DKDTREE_CPU_EMULATION and the emulator (kdtree_cpu_emu.h, force-included) -> the same C ABI,
 # host memory, build info `emulator=cpu` (tests/kernel/cpu_emu/README.md). A test tool, never deployed.
 #   build.sh --out <dir> [--fault last-tile|one-split] [--sanitize address|thread] [--cxx g++] [--src <csrc dir>]
-# -> <dir>/libkdtree_verify.so and <dir>/emu_run (reads a case from files, runs it, writes `out`: the
-#    sanitizer runs use it, so that the buffers are exactly the tensors' sizes and no Python is instrumented).
+# -> <dir>/libkdtree_verify.so, <dir>/emu_run (reads a case from files, runs it, writes `out`: the
+#    sanitizer runs use it, so that the buffers are exactly the tensors' sizes and no Python is instrumented)
+#    and <dir>/conv_check (the kernel's bf16 / fp8 conversion helpers, for a bit-exact comparison with torch).
 # --fault: the CUDA build's --fault (build.sh), the same -DKDTREE_FAULT values.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -62,9 +63,11 @@ kpid=$!
 "$cxx" "${flags[@]}" -c "$here/emu_runtime.cpp" -o "$obj/runtime.o"
 "$cxx" "${flags[@]}" -c "$here/emu_abi.cpp" -o "$obj/abi.o"
 "$cxx" "${flags[@]}" -c "$here/emu_run.cpp" -o "$obj/run.o"
+"$cxx" "${flags[@]}" "${kernel_flags[@]}" -c "$here/conv_check.cpp" -o "$obj/conv.o"
 wait "$kpid"
 objs=("$obj/kernel.o" "$obj/runtime.o" "$obj/abi.o")
 "$cxx" "${flags[@]}" -shared -Wl,--no-undefined -Wl,--version-script="$here/exports.map" "${objs[@]}" -o "$obj/libkdtree_verify.so"
 "$cxx" "${flags[@]}" "${objs[@]}" "$obj/run.o" -o "$obj/emu_run"
-mv -f "$obj/libkdtree_verify.so" "$obj/emu_run" "$out/"
-echo "built $out/libkdtree_verify.so and $out/emu_run (CPU emulator, fault=$fault${sanitize:+, $sanitize})"
+"$cxx" "${flags[@]}" "$obj/conv.o" "$obj/runtime.o" -o "$obj/conv_check"
+mv -f "$obj/libkdtree_verify.so" "$obj/emu_run" "$obj/conv_check" "$out/"
+echo "built $out/libkdtree_verify.so, $out/emu_run and $out/conv_check (CPU emulator, fault=$fault${sanitize:+, $sanitize})"

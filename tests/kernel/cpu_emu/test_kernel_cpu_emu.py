@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -123,6 +124,55 @@ def test_the_emulator_exports_the_c_abi_of_the_cuda_library(emu):
 
     exported = {name for name, kind in _dynamic_symbols(emu.path).items() if kind == "T"}
     assert exported == EXPORTED | {"kdtree_cpu_emu_last_error"}
+
+
+def _bf16_bits(x: torch.Tensor) -> list[int]:
+    return [int(v) & 0xFFFF for v in x.to(torch.bfloat16).view(torch.int16).tolist()]
+
+
+def test_the_kernels_bf16_and_fp8_conversions_agree_with_torch_bit_for_bit(emu):
+    """The kernel's own helpers as the emulator runs them (the CUDA headers' host code): every e4m3 byte
+    to bf16, and float32 to bf16 round-to-nearest-even (ties, subnormals, overflow, signs), equal torch's
+    conversions, which the reference uses; NaN only where torch has NaN."""
+    gen = torch.Generator().manual_seed(5)
+    floats = torch.cat(
+        [torch.randn(4000, generator=gen) * 10.0 ** torch.randint(-30, 30, (4000,), generator=gen)]
+    )
+    bits = floats.view(torch.int32).tolist()
+    bits += [
+        0x3F808000,
+        0x3F818000,
+        0xBF808000,
+        0x00008000,
+        0x00018000,
+        0x7F7FFFFF,
+        0x7F800000,
+        0x80000000,
+        1,
+    ]
+    bits = [b & 0xFFFFFFFF for b in bits]
+    proc = subprocess.run(
+        [str(emu.path.parent / "conv_check")],
+        input="".join(f"{b:08x}\n" for b in bits),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    fp8, bf16 = {}, {}
+    for line in proc.stdout.splitlines():
+        kind, key, lo, hi = line.split()
+        (fp8 if kind == "fp8" else bf16)[int(key)] = (int(lo), int(hi))
+    codes = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn)
+    nan = torch.isnan(codes.float()).tolist()
+    for b, want in enumerate(_bf16_bits(codes.float())):
+        lo, hi = fp8[b]
+        is_nan = (lo & 0x7F80) == 0x7F80 and (lo & 0x7F) != 0
+        assert lo == hi and (is_nan if nan[b] else lo == want), (
+            f"e4m3 byte {b:#04x}: {lo:#06x} / {hi:#06x}, torch {want:#06x}"
+        )
+    values = torch.tensor(bits, dtype=torch.int64).to(torch.int32).view(torch.float32)
+    for b, want, want_neg in zip(bits, _bf16_bits(values), _bf16_bits(-values), strict=True):
+        assert bf16[b] == (want, want_neg), f"float {b:#010x}: {bf16[b]}, torch {(want, want_neg)}"
 
 
 # ---- the faults of build.sh --fault, and the teeth of the checks ----------------------------------------
