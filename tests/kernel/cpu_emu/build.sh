@@ -2,21 +2,24 @@
 # Build the CPU-emulated libkdtree_verify.so: files/csrc/verify_attn_flash_paged.cu, unchanged, compiled
 # by g++ with -DKDTREE_CPU_EMULATION and the emulator (kdtree_cpu_emu.h, force-included) -> the same C ABI,
 # host memory, build info `emulator=cpu` (tests/kernel/cpu_emu/README.md). A test tool, never deployed.
-#   build.sh --out <dir> [--fault last-tile|one-split] [--sanitize address|thread] [--cxx g++] [--src <csrc dir>]
+#   build.sh --out <dir> [--fault last-tile|one-split] [--sanitize address|thread] [--lib-only] [--cxx g++]
+#            [--src <csrc dir>]
 # -> <dir>/libkdtree_verify.so, <dir>/emu_run (reads a case from files, runs it, writes `out`: the
 #    sanitizer runs use it, so that the buffers are exactly the tensors' sizes and no Python is instrumented)
 #    and <dir>/conv_check (the kernel's bf16 / fp8 conversion helpers, for a bit-exact comparison with torch).
-# --fault: the CUDA build's --fault (build.sh), the same -DKDTREE_FAULT values.
+# --fault: the CUDA build's --fault (build.sh), the same -DKDTREE_FAULT values. --lib-only: the library
+# only; a sanitizer build makes no conv_check (the conversions are checked once, on the plain build).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
 src="$root/files/csrc"
-out="" cxx="${CXX:-g++}" fault=0 sanitize=""
+out="" cxx="${CXX:-g++}" fault=0 sanitize="" lib_only=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) out="${2:-}"; shift 2 ;;
     --cxx) cxx="${2:-}"; shift 2 ;;
     --src) src="${2:-}"; shift 2 ;;
+    --lib-only) lib_only=1; shift ;;
     --fault)
       case "${2:-}" in
         last-tile) fault=1 ;;
@@ -62,12 +65,21 @@ trap 'rm -rf "$obj"' EXIT
 kpid=$!
 "$cxx" "${flags[@]}" -c "$here/emu_runtime.cpp" -o "$obj/runtime.o"
 "$cxx" "${flags[@]}" -c "$here/emu_abi.cpp" -o "$obj/abi.o"
-"$cxx" "${flags[@]}" -c "$here/emu_run.cpp" -o "$obj/run.o"
-"$cxx" "${flags[@]}" "${kernel_flags[@]}" -c "$here/conv_check.cpp" -o "$obj/conv.o"
+[[ $lib_only -eq 1 ]] || "$cxx" "${flags[@]}" -c "$here/emu_run.cpp" -o "$obj/run.o"
+conv=0
+[[ $lib_only -eq 1 || -n "$sanitize" ]] || conv=1
+[[ $conv -eq 0 ]] || "$cxx" "${flags[@]}" "${kernel_flags[@]}" -c "$here/conv_check.cpp" -o "$obj/conv.o"
 wait "$kpid"
 objs=("$obj/kernel.o" "$obj/runtime.o" "$obj/abi.o")
 "$cxx" "${flags[@]}" -shared -Wl,--no-undefined -Wl,--version-script="$here/exports.map" "${objs[@]}" -o "$obj/libkdtree_verify.so"
-"$cxx" "${flags[@]}" "${objs[@]}" "$obj/run.o" -o "$obj/emu_run"
-"$cxx" "${flags[@]}" "$obj/conv.o" "$obj/runtime.o" -o "$obj/conv_check"
-mv -f "$obj/libkdtree_verify.so" "$obj/emu_run" "$obj/conv_check" "$out/"
-echo "built $out/libkdtree_verify.so, $out/emu_run and $out/conv_check (CPU emulator, fault=$fault${sanitize:+, $sanitize})"
+built=("$obj/libkdtree_verify.so")
+if [[ $lib_only -eq 0 ]]; then
+  "$cxx" "${flags[@]}" "${objs[@]}" "$obj/run.o" -o "$obj/emu_run"
+  built+=("$obj/emu_run")
+fi
+if [[ $conv -eq 1 ]]; then
+  "$cxx" "${flags[@]}" "$obj/conv.o" "$obj/runtime.o" -o "$obj/conv_check"
+  built+=("$obj/conv_check")
+fi
+mv -f "${built[@]}" "$out/"
+echo "built ${built[*]##*/} into $out (CPU emulator, fault=$fault${sanitize:+, $sanitize})"

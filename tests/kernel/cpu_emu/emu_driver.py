@@ -53,9 +53,15 @@ class EmulatorError(RuntimeError):
 
 
 def build(
-    out: Path, *, fault: str | None = None, sanitize: str | None = None, src: Path | None = None
+    out: Path,
+    *,
+    fault: str | None = None,
+    sanitize: str | None = None,
+    src: Path | None = None,
+    lib_only: bool = False,
 ) -> Path:
-    """g++-build the emulated library and emu_run into `out` (tests/kernel/cpu_emu/build.sh)."""
+    """g++-build the emulated library (and, unless lib_only, emu_run and conv_check) into `out`
+    (tests/kernel/cpu_emu/build.sh)."""
     cmd = ["bash", str(BUILD_SH), "--out", str(out)]
     if fault:
         cmd += ["--fault", fault]
@@ -63,6 +69,8 @@ def build(
         cmd += ["--sanitize", sanitize]
     if src:
         cmd += ["--src", str(src)]
+    if lib_only:
+        cmd.append("--lib-only")
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"cpu_emu build.sh failed:\n{proc.stdout}\n{proc.stderr}")

@@ -188,7 +188,7 @@ FAULT_CASES = {
 def test_a_fault_build_fails_the_case_set(tmp_path, fault):
     """build.sh --fault's faults, built into the emulator, fail the cases meant to catch them (make
     test-kernel-cpu FAULT=<fault> fails the same way)."""
-    broken = EmuLibrary(emu_driver.build(tmp_path, fault=fault))
+    broken = EmuLibrary(emu_driver.build(tmp_path, fault=fault, lib_only=True))
     assert f"fault={1 if fault == 'last-tile' else 2}" in broken.build_info
     for c in FAULT_CASES[fault]:
         case, out, valid = prepare(c)
@@ -239,7 +239,9 @@ HARD_ERRORS = [
 @pytest.mark.skipif(FAULT is not None, reason="the suite itself runs a fault build")
 @pytest.mark.parametrize(("what", "old", "new", "message"), HARD_ERRORS, ids=[h[0] for h in HARD_ERRORS])
 def test_the_emulator_stops_a_launch_on_a_cuda_rule_the_source_breaks(tmp_path, what, old, new, message):
-    broken = EmuLibrary(emu_driver.build(tmp_path / "lib", src=_mutated_source(tmp_path, old, new)))
+    broken = EmuLibrary(
+        emu_driver.build(tmp_path / "lib", src=_mutated_source(tmp_path, old, new), lib_only=True)
+    )
     c = SHORT[0]
     case, out, _ = prepare(c)
     with pytest.raises(EmulatorError, match=message):
@@ -255,7 +257,7 @@ def test_a_shared_memory_row_the_kernel_never_wrote_is_caught(tmp_path):
         "for (int c = tid; c < BM * Q_CHUNKS_PER_ROW; c += NTHREADS) {",
         "for (int c = tid; c < (BM - 1) * Q_CHUNKS_PER_ROW; c += NTHREADS) {",
     )
-    broken = EmuLibrary(emu_driver.build(tmp_path / "lib", src=src))
+    broken = EmuLibrary(emu_driver.build(tmp_path / "lib", src=src, lib_only=True))
     c = next(c for c in SHORT if c.name == "bm64-h16n4-causal")  # 4 tokens x 16 heads: all 64 rows valid
     case, out, valid = prepare(c)
     broken.run(case, out, call_of(c))
