@@ -9,6 +9,10 @@
 #   build.sh --list-map             "<cc> <arch>" per supported compute capability, one per line
 #   build.sh --min-driver-for <rel> the oldest driver branch that runs what nvcc <rel> (e.g. 13.0) builds
 #   build.sh --list-driver-map      "<nvcc release> <driver branch>" per known toolkit, one per line
+#   build.sh --fault-code <name>    the -DKDTREE_FAULT value of a fault build (last-tile 1, one-split 2)
+#   build.sh --find-nvcc [--nvcc P] the nvcc this script would build with (exit 1 if none)
+#   build.sh --cuda-include [--nvcc P]  that toolkit's header directory, as nvcc itself reports it (the CPU
+#                                   emulator, tests/kernel/cpu_emu, compiles the kernel with its host code)
 # This file is the only owner of the compute capability -> arch map (ARCH_MAP below): the build role,
 # mk/kernel.mk, scripts/gpu-check.sh and the tests ask build.sh (tests/kernel/test_arch_map.py checks that).
 # It is also the only owner of the toolkit -> minimum driver rule (DRIVER_MAP below): scripts/gpu-check.sh
@@ -33,6 +37,32 @@ DRIVER_MAP=(
   "12.9 575"
   "12.8 570"
 )
+# Fault builds (the tests' teeth): name -> the -DKDTREE_FAULT value the kernel source reads. The CPU
+# emulator's build asks --fault-code, so the map has this one owner.
+FAULT_MAP=(
+  "last-tile 1"
+  "one-split 2"
+)
+fault_code() {
+  local e
+  for e in "${FAULT_MAP[@]}"; do
+    if [[ "${e% *}" == "$1" ]]; then echo "${e#* }"; return 0; fi
+  done
+  local names=""; for e in "${FAULT_MAP[@]}"; do names+="${names:+ | }${e% *}"; done
+  echo "unknown --fault '$1' ($names)" >&2
+  return 2
+}
+# The nvcc to build with: --nvcc, else the one on PATH, else the usual toolkit paths.
+find_nvcc() {
+  if [[ -n "$nvcc" ]]; then :
+  elif command -v nvcc >/dev/null 2>&1; then nvcc="$(command -v nvcc)"
+  elif [[ -x /usr/local/cuda/bin/nvcc ]]; then nvcc=/usr/local/cuda/bin/nvcc
+  elif [[ -x /usr/local/cuda-13.0/bin/nvcc ]]; then nvcc=/usr/local/cuda-13.0/bin/nvcc
+  else echo "nvcc not found (pass --nvcc)" >&2; return 1
+  fi
+  [[ -x "$nvcc" ]] || { echo "nvcc not executable: $nvcc" >&2; return 1; }
+}
+
 min_driver_for() {
   local e rel="$1"
   for e in "${DRIVER_MAP[@]}"; do
@@ -56,13 +86,15 @@ while [[ $# -gt 0 ]]; do
     --arch) arch="${2:-}"; shift 2 ;;
     --out) out="${2:-}"; shift 2 ;;
     --nvcc) nvcc="${2:-}"; shift 2 ;;
-    --fault)
-      case "${2:-}" in
-        last-tile) fault=1 ;;
-        one-split) fault=2 ;;
-        *) echo "unknown --fault '${2:-}' (last-tile | one-split)" >&2; exit 2 ;;
-      esac
-      shift 2 ;;
+    --fault) fault="$(fault_code "${2:-}")" || exit 2; shift 2 ;;
+    --fault-code) fault_code "${2:-}" || exit 2; exit 0 ;;
+    --find-nvcc) find_nvcc || exit 1; echo "$nvcc"; exit 0 ;;
+    --cuda-include)
+      find_nvcc || exit 1
+      inc="$("$nvcc" --dryrun -E -x cu /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ INCLUDES="-I\([^"]*\)".*/\1/p' | head -n1)"
+      inc="${inc%% *}"
+      [[ -n "$inc" && -f "$inc/cuda_bf16.h" ]] || { echo "$nvcc does not name a header directory with cuda_bf16.h" >&2; exit 1; }
+      echo "$inc"; exit 0 ;;
     --print-flags) print_flags=1; shift ;;
     --arch-for-cc)
       cc="${2:-}"
@@ -102,14 +134,7 @@ if [[ $print_flags -eq 1 ]]; then
 fi
 [[ -n "$out" ]] || { echo "--out is required" >&2; usage; }
 
-if [[ -z "$nvcc" ]]; then
-  if command -v nvcc >/dev/null 2>&1; then nvcc="$(command -v nvcc)"
-  elif [[ -x /usr/local/cuda/bin/nvcc ]]; then nvcc=/usr/local/cuda/bin/nvcc
-  elif [[ -x /usr/local/cuda-13.0/bin/nvcc ]]; then nvcc=/usr/local/cuda-13.0/bin/nvcc
-  else echo "nvcc not found (pass --nvcc)" >&2; exit 1
-  fi
-fi
-[[ -x "$nvcc" ]] || { echo "nvcc not executable: $nvcc" >&2; exit 1; }
+find_nvcc || exit 1
 
 mkdir -p "$out"
 tmp="$out/.libkdtree_verify.so.tmp.$$"

@@ -167,3 +167,30 @@ def test_nvcc_used_by_the_tests_is_13_0():
         pytest.skip(f"{NVCC} not present")
     out = subprocess.run([NVCC, "--version"], capture_output=True, text=True, check=True).stdout
     assert "release 13.0" in out
+
+
+def _build_sh(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(BUILD_SH), *args], capture_output=True, text=True, check=False)
+
+
+def test_build_sh_owns_the_fault_codes_and_the_emulator_build_asks_it():
+    import gpu_check
+
+    codes = {name: _build_sh("--fault-code", name) for name in gpu_check.FAULTS}
+    assert {n: (p.returncode, p.stdout.strip()) for n, p in codes.items()} == {
+        "last-tile": (0, "1"),
+        "one-split": (0, "2"),
+    }
+    bad = _build_sh("--fault-code", "no-such-fault")
+    assert bad.returncode == 2 and "last-tile | one-split" in bad.stderr
+    emu = (BUILD_SH.parents[2] / "tests" / "kernel" / "cpu_emu" / "build.sh").read_text()
+    assert "--fault-code" in emu and "fault=1" not in emu and "fault=2" not in emu
+
+
+@pytest.mark.skipif(not Path(NVCC).exists(), reason="needs the CUDA toolkit")
+def test_build_sh_names_the_toolkit_headers_as_its_nvcc_reports_them():
+    proc = _build_sh("--nvcc", NVCC, "--cuda-include")
+    assert proc.returncode == 0, proc.stderr
+    assert (Path(proc.stdout.strip()) / "cuda_bf16.h").is_file()
+    missing = _build_sh("--nvcc", "/nonexistent/nvcc", "--cuda-include")
+    assert missing.returncode == 1 and "nvcc not executable" in missing.stderr

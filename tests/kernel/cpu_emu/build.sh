@@ -7,7 +7,7 @@
 # -> <dir>/libkdtree_verify.so, <dir>/emu_run (reads a case from files, runs it, writes `out`: the
 #    sanitizer runs use it, so that the buffers are exactly the tensors' sizes and no Python is instrumented)
 #    and <dir>/conv_check (the kernel's bf16 / fp8 conversion helpers, for a bit-exact comparison with torch).
-# --fault: the CUDA build's --fault (build.sh), the same -DKDTREE_FAULT values. --lib-only: the library
+# --fault: the CUDA build's --fault (files/csrc/build.sh --fault-code owns the -DKDTREE_FAULT values). --lib-only: the library
 # only; a sanitizer build makes no conv_check (the conversions are checked once, on the plain build).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -20,13 +20,7 @@ while [[ $# -gt 0 ]]; do
     --cxx) cxx="${2:-}"; shift 2 ;;
     --src) src="${2:-}"; shift 2 ;;
     --lib-only) lib_only=1; shift ;;
-    --fault)
-      case "${2:-}" in
-        last-tile) fault=1 ;;
-        one-split) fault=2 ;;
-        *) echo "unknown --fault '${2:-}' (last-tile | one-split)" >&2; exit 2 ;;
-      esac
-      shift 2 ;;
+    --fault) fault="$(bash "$root/files/csrc/build.sh" --fault-code "${2:-}")" || exit 2; shift 2 ;;
     --sanitize)
       case "${2:-}" in
         address) sanitize="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" ;;
@@ -40,12 +34,13 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -n "$out" ]] || { echo "--out is required" >&2; exit 2; }
 
-cuda_inc=""
-for d in "${CUDA_HOME:-/usr/local/cuda}/targets/x86_64-linux/include" /usr/local/cuda-13.0/targets/x86_64-linux/include \
-         /usr/local/cuda/include; do
-  if [[ -f "$d/cuda_bf16.h" ]]; then cuda_inc="$d"; break; fi
-done
-[[ -n "$cuda_inc" ]] || { echo "CUDA headers (cuda_bf16.h) not found: set CUDA_HOME" >&2; exit 1; }
+# The CUDA headers (their host code: bf16 / fp8 conversions) of the toolkit the kernel build uses, found
+# the way build.sh finds nvcc (KDTREE_NVCC, else its search) and named by that nvcc itself.
+cuda_inc="$(bash "$root/files/csrc/build.sh" ${KDTREE_NVCC:+--nvcc "$KDTREE_NVCC"} --cuda-include)" || {
+  echo "the CPU emulator needs the CUDA toolkit's headers (cuda_bf16.h, cuda_fp8.h): install the CUDA toolkit" \
+       "or set KDTREE_NVCC to its nvcc" >&2
+  exit 1
+}
 
 # -O1 for a short compile; -fno-strict-aliasing: the kernel reinterprets shared memory as uint4 / uint32 /
 # float, which nvcc allows and g++ -O2 may reorder.
