@@ -702,3 +702,17 @@ def test_each_file_appears_whole_by_the_rename_of_a_complete_tmp_file(status_dir
     pub.write_once()
     pid = os.getpid()
     assert renames == [(f"{pid}.json.tmp", f"{pid}.json"), (f"{pid}.prom.tmp", f"{pid}.prom")]
+
+
+def test_the_contracts_name_every_reason_slug_the_counters_emit():
+    """docs/CONTRACTS.md lists the `original_calls` slugs operators alert on; counters.py owns them."""
+    text = (EXT_DIR.parents[1] / "docs" / "CONTRACTS.md").read_text()
+    start = text.index("`original_calls`: calls whose output the")
+    named = set(re.findall(r"`([a-z][a-z0-9_]*)`", text[start : text.index("Mode `off` installs", start)]))
+    emitted = {
+        *counters.REASON_SLUGS.values(),
+        *(slug for _prefix, slug in counters.REASON_PREFIX_SLUGS),
+        *counters.VALIDATE_SLUGS.values(),
+        counters.OTHER,
+    }
+    assert emitted - named == set(), sorted(emitted - named)
