@@ -13,6 +13,7 @@ module_utils never imports it.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import _decode as decode
@@ -222,9 +223,21 @@ def scheduler_cells(item: dict[str, Any]) -> dict[str, str]:
     }
 
 
+# C0 and C1 control characters and DEL: a status field (a title, an SGLang version, a reason) written by
+# the service account could carry ANSI escapes or line breaks into the operator's terminal or log.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with every control character shown as its escape (\\x1b, \\n), never acted on."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def render(columns: tuple[tuple[str, str], ...], lines: list[dict[str, str]]) -> str:
     """A header line and one line per dict of `lines`, each column as wide as its widest cell, two
-    spaces between columns; the last column is not padded, a missing cell is NONE."""
+    spaces between columns; the last column is not padded, a missing cell is NONE; control characters
+    in a cell are shown escaped (printable())."""
+    lines = [{k: printable(str(v)) for k, v in c.items()} for c in lines]
     keys = [key for key, _title in columns]
     widths = {key: max([len(head)] + [len(c.get(key, NONE)) for c in lines]) for key, head in columns}
 

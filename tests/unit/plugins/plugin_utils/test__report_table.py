@@ -295,3 +295,12 @@ def test_the_report_shows_speedup_with_the_worst_bucket_and_coverage_and_the_jso
     cells = dict(zip(re.split(r"\s{2,}", header), re.split(r"\s{2,}", host_line), strict=False))
     assert cells["SPEEDUP"] == "1.38 (worst b8/n4/le256/h16 0.90)"
     assert cells["COVERAGE"] == "93% (dtype 10)"
+
+
+def test_control_characters_from_status_fields_are_shown_escaped_never_sent_to_the_terminal():
+    table = report_table
+    hostile = "sglang::scheduler\x1b[2J\x1b[31m\rOK\nhost9  on\x07\x9b"
+    text = table.render((("host", "HOST"), ("title", "TITLE")), [{"host": "gpu-1", "title": hostile}])
+    assert not any(ch in text for ch in "\x1b\r\x07\x9b") and text.count("\n") == 1, repr(text)
+    assert "\\x1b[2J\\x1b[31m\\x0dOK\\x0ahost9  on\\x07\\x9b" in text
+    assert table.printable("0.5.23 plain text") == "0.5.23 plain text"
