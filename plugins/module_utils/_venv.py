@@ -59,19 +59,25 @@ def installed_version(venv: Venv, distribution: str) -> str:
             f"{venv.site_packages} has {len(infos)} {distribution}-*.dist-info ({found}), not exactly one"
         )
     metadata = os.path.join(infos[0], "METADATA")
-    name = version = ""
+    headers: dict[str, list[str]] = {"Name": [], "Version": []}
     try:
         with open(metadata, encoding="utf-8", errors="replace") as handle:
             for line in handle:
                 if not line.strip():
                     break  # the headers end at the first empty line
                 key, _sep, value = line.partition(":")
-                if key == "Name":
-                    name = value.strip()
-                elif key == "Version":
-                    version = value.strip()
+                if key in headers:
+                    headers[key].append(value.strip())
     except OSError as exc:
         raise VenvError(f"cannot read {metadata}: {exc.strerror}") from exc
+    # Python's email parser (importlib.metadata) takes the first of two headers, a reader taking the last
+    # would name another release: a METADATA that says two things is refused, never read one way.
+    twice = {key: values for key, values in headers.items() if len(values) > 1}
+    if twice:
+        said = "; ".join(f"{key}: {', '.join(values)}" for key, values in twice.items())
+        raise VenvError(f"{metadata} has a header more than once ({said}): refused as ambiguous")
+    name = headers["Name"][0] if headers["Name"] else ""
+    version = headers["Version"][0] if headers["Version"] else ""
     if name.lower().replace("_", "-") != distribution or not version:
         raise VenvError(f"{metadata} names {name or '?'} {version or '?'}, not a {distribution} release")
     return version

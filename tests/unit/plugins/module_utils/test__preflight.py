@@ -395,6 +395,7 @@ def test_the_sglang_version_is_read_without_running_the_venv_s_python(tmp_path):
         ("two-infos", "sglang-*.dist-info"),
         ("no-info", "0 sglang-*.dist-info"),
         ("other-name", "not a sglang release"),
+        ("two-versions", "has a header more than once (Version: 0.5.23, 0.5.99): refused as ambiguous"),
     ],
 )
 def test_an_ambiguous_venv_is_refused_clearly(tmp_path, breakage, wanted):
@@ -412,6 +413,9 @@ def test_an_ambiguous_venv_is_refused_clearly(tmp_path, breakage, wanted):
         (site / "sglang-0.5.23.dist-info").rmdir()
     elif breakage == "other-name":
         (site / "sglang-0.5.23.dist-info/METADATA").write_text("Name: sglang-router\nVersion: 0.5.23\n")
+    elif breakage == "two-versions":  # importlib.metadata reads the first, a last-wins reader the second
+        twice = "Name: sglang\nVersion: 0.5.23\nVersion: 0.5.99\n"
+        (site / "sglang-0.5.23.dist-info/METADATA").write_text(twice)
     check = preflight.check_sglang(python, ("0.5.23",))
     assert not check.ok and wanted in check.message, check.message
 
