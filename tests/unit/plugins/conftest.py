@@ -12,7 +12,7 @@ import pytest
 # the tools venv and ansible-test have Ansible; the torch venv, which collects every suite too, does not
 pytest.importorskip("ansible")
 from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.report_host import (  # noqa: F401 (fixtures)
+from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.report_host import (  # noqa: F401  # pylint: disable=unused-import
     health_server,
     host,
 )

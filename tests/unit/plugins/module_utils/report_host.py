@@ -183,7 +183,7 @@ def host(tmp_path, monkeypatch):
             props = [args[i + 1] for i, arg in enumerate(args) if arg == "-p"]
             out = "".join(f"{p}={fixture.show.get(p, '')}\n" for p in props)
             return subprocess.CompletedProcess(args, 0, stdout=out, stderr="")
-        return real_run(args, *a, **kw)
+        return real_run(args, *a, **kw)  # pylint: disable=subprocess-run-check
 
     monkeypatch.setattr(unit_env.subprocess, "run", fake_run)
     yield fixture

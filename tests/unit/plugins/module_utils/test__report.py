@@ -198,7 +198,7 @@ def test_the_real_reader_asks_nvidia_smi_only_when_installed_and_with_a_timeout(
 
     def spy(args, *a, **kw):
         seen["timeout"] = kw.get("timeout")
-        return real(args, *a, **kw)
+        return real(args, *a, **kw)  # pylint: disable=subprocess-run-check
 
     monkeypatch.setattr(report.subprocess, "run", spy)
     assert report.HostReader().nvidia_smi(str(smi)) == "12.0"
@@ -339,7 +339,7 @@ def test_a_server_without_metrics_gives_no_accept_length_and_no_problem(host, mo
     row = gather(host, health_server)  # answers every GET with an empty body
     assert row["spec_accept_length"] is None and not any("metrics" in p for p in row["problems"])
     monkeypatch.setattr(
-        FixtureReader, "metrics", lambda self, url: (_ for _ in ()).throw(OSError("404")), raising=False
+        FixtureReader, "metrics", lambda self, url: (item for item in ()).throw(OSError("404")), raising=False
     )
     row = gather(host, health_server)
     assert row["spec_accept_length"] is None and not any("metrics" in p for p in row["problems"])

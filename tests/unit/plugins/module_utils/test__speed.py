@@ -49,7 +49,7 @@ def test_the_bounds_are_inclusive_and_real_timings_pass():
 
 def test_sums_that_overflow_refuse_instead_of_giving_inf_or_nan():
     calls = 10**307  # per call 5 s: within the bounds, yet four of them sum past the largest float
-    same = [_bucket(calls=calls, original_s=5e307, kernel_s=2.5e307) for _ in range(4)]
+    same = [_bucket(calls=calls, original_s=5e307, kernel_s=2.5e307) for _copy in range(4)]
     figure = speed.speed(same)
     assert figure["speedup"] is None and figure["problem"] == "the timing sums overflow (not finite)"
     assert figure["buckets"] == [] and figure["timed_calls"] == 0

@@ -90,7 +90,7 @@ def test_the_table_has_a_column_per_field_and_one_aligned_line_per_host():
     ]
     table = report_filter.kdtree_report_table(rows)
     header, first, second = table.splitlines()
-    heads = [head for _, head in report_table.COLUMNS]
+    heads = [head for _key, head in report_table.COLUMNS]
     assert re.split(r"\s{2,}", header) == heads
     starts = [header.index(head) for head in heads]
     for line in (first, second):
@@ -252,7 +252,7 @@ def test_the_table_shows_the_units_algorithm_and_sglangs_accept_length(
         ["http://127.0.0.1:30000/metrics"] if algo not in ("none", "-") else []
     )  # only when speculative
     table = report_filter.kdtree_report_table(report_filter.kdtree_report_rows([{"row": row}], ["gpu-1"]))
-    header, host_line, *_ = table.splitlines()
+    header, host_line, *_rest = table.splitlines()
     cells = dict(zip(re.split(r"\s{2,}", header), re.split(r"\s{2,}", host_line), strict=False))
     assert (cells["ALGO"], cells["ACCEPT"]) == (algo, accept)
 
@@ -291,7 +291,7 @@ def test_the_report_shows_speedup_with_the_worst_bucket_and_coverage_and_the_jso
     }
     json.dumps(row)  # the JSON file carries the buckets as they are
     table = report_filter.kdtree_report_table(report_filter.kdtree_report_rows([{"row": row}], ["gpu-1"]))
-    header, host_line, *_ = table.splitlines()
+    header, host_line, *_rest = table.splitlines()
     cells = dict(zip(re.split(r"\s{2,}", header), re.split(r"\s{2,}", host_line), strict=False))
     assert cells["SPEEDUP"] == "1.38 (worst b8/n4/le256/h16 0.90)"
     assert cells["COVERAGE"] == "93% (dtype 10)"
