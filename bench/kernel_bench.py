@@ -82,7 +82,7 @@ FLUSH_MIN_BYTES = 256 << 20  # the flush buffer: twice the L2, at least this
 # Mixed-length batches, (H, n, prefixes): one long request among short ones, the serving mix.
 MIXED_SHAPES = (
     (8, 4, (131072,) + (2048,) * 7),
-    (8, 4, (32768, 1024, 16384, 512, 8192, 256, 4096, 128)),
+    (8, 4, tuple(32768 >> k for k in (0, 5, 1, 6, 2, 7, 3, 8))),  # 32k, 1k, 16k, ..., 128: a spread
     (16, 4, (65536,) + (1024,) * 31),
 )
 # --quick (gpu-check tier 3): (H, batch, n, prefix), a few shapes for each goal of goals():

@@ -254,7 +254,7 @@ gpu-sanitize: tree bf16 int64 32-row short: matches the reference
 ========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)
 """
 RACECHECK_RACE = """========= Error: Race reported between Write access at verify_attn_kernel+0x1a20
-=========     and Read access at verify_attn_kernel+0x1b00 [512 hazards]
+=========     and Read access at verify_attn_kernel+0x1b00 [64 hazards]
 ========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
 """
 MEMCHECK_OOB = """========= Invalid __global__ read of size 16 bytes
