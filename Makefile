@@ -76,4 +76,4 @@ test-fast: venv $(TEST_FAST_TARGETS)
 
 # Benchmarks that need no GPU; each prints its figures.
 # Each fails only when the thing measured broke.
-bench: bench-startup bench-smoke bench-noop
+bench: bench-startup bench-smoke bench-noop bench-kernel-plan

@@ -22,6 +22,7 @@ FlashInfer and FA3 cannot be installed on the offline GPU machine, so this bench
 
     python bench/kernel_bench.py --lib build/kernel/<arch>/libkdtree_verify.so [--quick] [--json out.json]
     python bench/kernel_bench.py --quick --plan    the shapes and their H200 roofline; no GPU needed
+    python bench/kernel_bench.py --plan --lib <any build, the CPU emulator's too>   and the plan's balance
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "files" / "sglang_ext"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import kernel_plan  # noqa: E402
 import sglang_triton  # noqa: E402
 from kdtree_verify.kernel import binding as kernel  # noqa: E402
 from kdtree_verify.kernel.shapes import HEAD_DIM_QK, HEAD_DIM_V  # noqa: E402
@@ -484,23 +486,44 @@ def mix_label(prefixes) -> str:
 
 
 def plan(shapes: list[tuple[int, int, int, int]], args: argparse.Namespace) -> int:
-    """The benchmark's CPU path: every shape with its bytes and roofline on PLAN_DEVICE, whether SGLang's
-    Triton kernel imports, and the goals it would judge (the GPU rehearsal runs this)."""
+    """The benchmark's CPU path: every shape with its bytes and roofline on PLAN_DEVICE, the balance of
+    the library's work plan (with --lib: kernel_plan, no GPU), whether SGLang's Triton kernel imports,
+    and the goals it would judge (the GPU rehearsal runs this)."""
     peak, _src = peak_gbps(PLAN_DEVICE, args.peak_gbps)
     tflops = peak_tflops(PLAN_DEVICE, args.peak_tflops)
     elem = 1 if args.kv_dtype == "fp8" else 2
+    kv_name = "float8_e4m3fn" if args.kv_dtype == "fp8" else "bfloat16"
+    vk = kernel.load(os.path.abspath(args.lib)) if args.lib else None
     print(f"plan: {len(shapes)} shapes, roofline on an {PLAN_DEVICE} ({peak:.0f} GB/s, {tflops:.0f} TFLOP/s)")
+    if vk is None:
+        print("balance: not computed (no --lib)")
+    else:
+        print(
+            f"balance: busiest SM's key tiles / the even share on {kernel_plan.DEFAULT_SMS} SMs "
+            "(bench/kernel_plan.py; the library's kdtree_verify_partition; 1.00 = even)"
+        )
+
+    def balance_text(prefixes: list[int], n: int, heads: int) -> str:
+        if vk is None:
+            return ""
+        b = kernel_plan.plan_balance(vk, prefixes, n, heads, kv_name, block_m=args.block_m)
+        return (
+            f" splits={b.num_splits} balance={b.ratio:.2f} (busiest {b.makespan_tiles} tiles, "
+            f"share {b.share_tiles:.1f}, segments<={b.most_segments})"
+        )
+
     for heads, batch, n, prefix in shapes:
         nbytes, flops, us = roofline_us(batch, n, prefix, heads, elem, peak, tflops)
         print(
             f"plan: H={heads} batch={batch} n={n} prefix={prefix} bytes={nbytes} flops={flops} "
-            f"roof_us={us:.2f}"
+            f"roof_us={us:.2f}{balance_text([prefix] * batch, n, heads)}"
         )
     for heads, n, prefixes in select_mixed(args):
         nbytes, flops, us = roofline_mixed(prefixes, n, heads, elem, peak, tflops)
         print(
             f"plan: H={heads} batch={len(prefixes)} n={n} prefixes={','.join(map(str, prefixes))} "
-            f"bytes={nbytes} flops={flops} roof_us={us:.2f}"
+            f"bytes={nbytes} flops={flops} "
+            f"roof_us={us:.2f}{balance_text(list(prefixes), n, heads)}"
         )
     print("timing: cold (L2 flushed before each call, median of COLD_REPS), warm beside it (not judged)")
     fwd, where = import_triton_extend()

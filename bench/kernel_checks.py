@@ -133,12 +133,13 @@ def check_needles(
     return f"needle {i} (column {cols[i]}): token {t} head {h} weight {got_w:.4g}, reference {ref_w:.4g}"
 
 
-def boundary_positions(total: int, tile: int, splits: int, per_split_tiles: int) -> list[int]:
-    """Virtual key positions worth a needle: the first and last key, both sides of every split
-    boundary, and both sides of the tile boundaries in the first and last split (<= HEAD_DIM_V)."""
+def boundary_positions(total: int, tile: int, split_edges: list[int]) -> list[int]:
+    """Virtual key positions worth a needle: the first and last key, both sides of every split edge
+    (`split_edges`: the request's tiles where one work unit's range ends, kernel_plan.unit_edges), and both
+    sides of the tile boundaries in the first and last eight tiles (<= HEAD_DIM_V)."""
     pos = {0, total - 1}
-    for s in range(1, splits):
-        b = s * per_split_tiles * tile
+    for edge in split_edges:
+        b = edge * tile
         if 0 < b < total:
             pos.update({b - 1, b})
     for b in list(range(tile, min(total, 8 * tile), tile)) + list(

@@ -1,6 +1,6 @@
 # Kernel track: the CUDA verify-attention library (files/csrc), its binding's tests, benchmark, GPU check.
 .PHONY: build-kernel test-kernel test-kernel-fast bench-kernel gpu-check gpu-rehearsal hostlib test-kernel-cpu \
-  test-kernel-cpu-full
+  test-kernel-cpu-full bench-kernel-plan
 
 # The supported arches come from build.sh, the one owner of the compute capability -> arch map.
 KERNEL_BUILD_SH := $(ROOT)/files/csrc/build.sh
@@ -50,6 +50,14 @@ test-kernel-cpu: venv sglang-venv
 test-kernel-cpu-full: venv sglang-venv
 	KDTREE_EMU_FAULT=$(FAULT) KDTREE_EMU_FULL=1 $(KERNEL_PY) -m pytest -q -p no:cacheprovider tests/kernel/cpu_emu \
 	  --durations=10
+
+# The kernel's work plan per benchmark batch: balance, no GPU.
+# kernel_bench.py --plan with the CPU emulator's build of the kernel source: every benchmark batch's
+# bytes, roofline and the balance of the library's own work plan (busiest SM / even share; 1.00 = even).
+bench-kernel-plan: venv sglang-venv
+	@bash $(ROOT)/tests/kernel/cpu_emu/build.sh --out $(ROOT)/build/cpu-emu-plan --lib-only
+	$(KERNEL_PY) $(ROOT)/bench/kernel_bench.py --plan --lib $(ROOT)/build/cpu-emu-plan/libkdtree_verify.so \
+	  | grep -E "^(plan|balance|triton)"
 
 # Quick kernel subset (< 1 min, no torch).
 # Quick subset (< 1 min, no torch): library tests for every arch (rebuilds only if sources changed), the

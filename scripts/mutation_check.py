@@ -481,7 +481,7 @@ MUTANTS = (
     Mutant(
         "kernel-accumulator-rows",
         KERNEL,
-        "c++:verify_attn_kernel",
+        "c++:attend",
         r"lr\[i\] = rg \* 16 \+ g \+ 8 \* i;",
         "lr[i] = rg * 16 + 2 * g + i;",
         (f"{CPU_EMU}[bm32-h8n4-tree-tail]",),
@@ -491,7 +491,7 @@ MUTANTS = (
     Mutant(
         "kernel-mask-index",
         KERNEL,
-        "c++:verify_attn_kernel",
+        "c++:attend",
         r"static_cast<int64_t>\(tok\[i\]\) \* total \+ j\]",
         "static_cast<int64_t>(tok[i]) * n + j]",
         (f"{CPU_EMU}[bm32-h8n4-tree-tail]", f"{CPU_EMU}[batch-mixed-bm32]"),
@@ -501,7 +501,7 @@ MUTANTS = (
     Mutant(
         "kernel-k-scale-dropped",
         KERNEL,
-        "c++:verify_attn_kernel",
+        "c++:attend",
         r"const float scale2k = scale2 \* a\.k_scale;",
         "const float scale2k = scale2;",
         (f"{CPU_EMU}[fp8-scales-i32-bm32]",),
@@ -511,11 +511,11 @@ MUTANTS = (
     Mutant(
         "kernel-split-floor",
         KERNEL,
-        "c++:verify_attn_kernel",
-        r"max\(\(n_tiles \+ a\.num_splits - 1\) / a\.num_splits, min_tiles\)",
-        "max(n_tiles / a.num_splits, min_tiles)",
+        "c++:split_chunk",
+        r"\(total \+ units - 1\) / units",
+        "total / units",
         (f"{CPU_EMU}[splits3-bm32]",),
-        "the tiles per split round down, so the last tiles of a request belong to no split",
+        "the tiles per work unit round down, so the batch's last tiles belong to no unit",
         torch=True,
     ),
 )

@@ -2,7 +2,8 @@
 # Build libkdtree_verify.so for one GPU arch with the project's one set of flags.
 #   build.sh --arch <arch> --out <dir> [--nvcc <path>] [--fault <last-tile|one-split>]
 #            --fault builds a deliberately broken library for the tests' teeth (tests/kernel): it drops
-#            the last key tile, or split 1, of every request; build_info says fault=1 / fault=2.
+#            the last key tile of every request, or the keys of work unit 1 of a split call (it reports
+#            them empty); build_info says fault=1 / fault=2.
 #   build.sh --print-flags --arch <arch>
 #   build.sh --arch-for-cc <cc>     the arch a compute capability such as 12.0 needs (exit 3 if none)
 #   build.sh --list-arches          the supported arches, one per line

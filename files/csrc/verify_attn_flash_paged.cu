@@ -12,7 +12,8 @@
 // and the mask byte of (row token t, key j >= prefix_len) is simply mask[mask_indptr[r] + t*total + j].
 //
 // Flash-decoding: grid (m_block, split, request). A CTA owns BM rows (row = t*H + h) and a contiguous
-// range of BN-key tiles; every KV tile is read once per (request, split, m_block) and used for all BM
+// range of BN-key tiles (with splits, a length-balanced share of the whole batch's tiles: the work
+// partition below); every KV tile is read once per (request, work unit, m_block) and used for all BM
 // rows through tensor-core mma.sync m16n8k16 (bf16 in, fp32 accumulate). Two layouts (Layout<BM>):
 // BM = 64 / BN = 16, and BM = 32 / BN = 32 for H*n <= 32 (H = 8, n = 4: no padding rows, half the
 // MMA work and Q shared-memory reads per key). Online softmax in fp32 (base-2 exponentials). With
@@ -45,7 +46,8 @@
 #endif
 
 // Fault injection for the tests' teeth (build.sh --fault): 1 drops the last key tile of every request,
-// 2 drops split 1 of every request (it reports itself empty). Never set in a production build.
+// 2 drops the keys of work unit 1 of a split call (it reports its segments empty). Never set in a
+// production build.
 #ifndef KDTREE_FAULT
 #define KDTREE_FAULT 0
 #endif
@@ -268,64 +270,118 @@ __device__ __forceinline__ void copy_draft_rows(__nv_bfloat16* sK, const void* s
 }
 
 // ---------------------------------------------------------------------------------------------
-// Main kernel: one CTA = (m_block, split, request).
+// Work partition (ABI 5): one owner of the arithmetic for the kernel, the combine and the host's
+// kdtree_verify_partition.
+//
+// num_splits == 1: CTA (mb, 0, r) runs request r whole and writes `out` (no workspace).
+// num_splits > 1: the batch's key tiles, request after request (request r has request_tiles(prefix_r,
+//   n_r, BN) tiles; T_r tiles come before it), form one sequence of `total` tiles. Work unit
+//   u = blockIdx.z * num_splits + blockIdx.y of the units = num_splits * batch takes tiles
+//   [u * chunk, (u + 1) * chunk), chunk = split_chunk(total, units, min tiles): a long request spans
+//   several units, a unit may visit several short requests (one segment each), and the longest unit
+//   has at most `chunk` tiles whatever the mix of lengths. Every CTA plans from qo_indptr / kv_indptr
+//   on the device (two block-wide scans over the batch), so the grid comes from host maxima only and a
+//   CUDA-graph replay with new lengths is planned anew. A request one unit holds whole is written to
+//   `out` directly; segment (u, r) of a request cut between units writes its partial output to
+//   workspace slot u + r: from one segment to the next u or r (or both) grows, so u + r is unique and
+//   below units + batch. CTA (0, 0, 0) also writes the plan (T_0..T_batch, chunk) after the partials
+//   for the combine, which merges request r's slots u + r for u in [T_r / chunk, (T_{r+1} - 1) / chunk]
+//   when that range has more than one unit.
+
+__host__ __device__ __forceinline__ int64_t request_tiles(int64_t prefix_len, int64_t n, int bn) {
+  return (n <= 0 || prefix_len < 0) ? 0 : (prefix_len + n + bn - 1) / bn;
+}
+
+// Tiles per work unit: the batch's tiles spread evenly over the units, but never fewer than min_tiles
+// (kdtree_verify_min_split_tiles in this layout's tiles: a partial output stays a small part of the
+// traffic of the keys it covers).
+__host__ __device__ __forceinline__ int64_t split_chunk(int64_t total, int64_t units, int64_t min_tiles) {
+  const int64_t even = units > 0 ? (total + units - 1) / units : total;
+  return even > min_tiles ? even : (min_tiles > 0 ? min_tiles : 1);
+}
+
+// kdtree_verify_min_split_tiles counts KDTREE_BLOCK_N-key tiles; in a layout of bn-key tiles:
+__host__ __device__ __forceinline__ int64_t min_tiles_of_layout(int min_split_tiles, int bn) {
+  return (static_cast<int64_t>(min_split_tiles) * KDTREE_BLOCK_N + bn - 1) / bn;
+}
+
+// Workspace slots of a split call: units + batch (see above); the partial rows are slots x m_blocks x BM.
+__host__ __device__ __forceinline__ int64_t workspace_slots(int64_t num_splits, int64_t batch) {
+  return num_splits * batch + batch;
+}
+
+struct Request {
+  int64_t qo0, kv0, mask0;
+  int n, prefix_len;
+};
+
+__device__ __forceinline__ Request load_request(const kdtree_verify_args& a, int r) {
+  Request q;
+  q.qo0 = load_index(a.qo_indptr, a.qo_indptr_i64, r);
+  q.n = static_cast<int>(load_index(a.qo_indptr, a.qo_indptr_i64, r + 1) - q.qo0);
+  q.kv0 = load_index(a.kv_indptr, a.kv_indptr_i64, r);
+  q.prefix_len = static_cast<int>(load_index(a.kv_indptr, a.kv_indptr_i64, r + 1) - q.kv0);
+  q.mask0 = a.mask_mode == KDTREE_MASK_CAUSAL ? 0 : load_index(a.mask_indptr, a.mask_indptr_i64, r);
+  return q;
+}
+
+__device__ __forceinline__ int64_t tiles_of_request(const kdtree_verify_args& a, int r, int bn) {
+  const int64_t qo0 = load_index(a.qo_indptr, a.qo_indptr_i64, r);
+  const int64_t kv0 = load_index(a.kv_indptr, a.kv_indptr_i64, r);
+  return request_tiles(load_index(a.kv_indptr, a.kv_indptr_i64, r + 1) - kv0,
+                       load_index(a.qo_indptr, a.qo_indptr_i64, r + 1) - qo0, bn);
+}
+
+// Inclusive scan of one value per thread across the CTA, in scan[0..NTHREADS); every thread gets its
+// own inclusive sum and scan[NTHREADS - 1] holds the total when it returns.
+__device__ __forceinline__ int64_t block_scan(int64_t* scan, int64_t v) {
+  const int tid = threadIdx.x;
+  scan[tid] = v;
+  __syncthreads();
+  for (int off = 1; off < NTHREADS; off <<= 1) {
+    const int64_t add = tid >= off ? scan[tid - off] : 0;
+    __syncthreads();
+    scan[tid] += add;
+    __syncthreads();
+  }
+  return scan[tid];
+}
+
+// ---------------------------------------------------------------------------------------------
+// One segment: rows [mb*BM, mb*BM + BM) of request q over its key tiles [t_begin, t_end) (of n_tiles).
+// slot < 0: the whole request, normalised into `out`; else a partial output + lse into workspace slot
+// `slot` (an empty range writes lse = -inf). Uniform across the CTA; it leaves shared memory free for the
+// next segment (its last reads are before its last __syncthreads).
 
 template <class Kv, int BM_>
-__global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_verify_args a, int min_split_tiles) {
+__device__ __forceinline__ void attend(const kdtree_verify_args& a, unsigned char* smem, const Request& q, int mb,
+                                       int t_begin, int t_end, int64_t slot) {
   using L = Layout<BM_>;
   constexpr int BM = L::BM, BN = L::BN, RG = L::RG, CG = L::CG, NT_O = L::NT_O, SP_ROW = L::SP_ROW;
   constexpr int DV_PER_WARP = L::DVW;
-  constexpr int SQ_OFF = L::SQ_OFF, SK_OFF = L::SK_OFF, SP_OFF = L::SP_OFF, SMAX_OFF = L::SMAX_OFF;
-  constexpr int SL_OFF = L::SL_OFF, SIDX_OFF = L::SIDX_OFF;
-  extern __shared__ __align__(128) unsigned char smem[];
-  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem + SQ_OFF);
-  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem + SK_OFF);
-  __nv_bfloat16* sP = reinterpret_cast<__nv_bfloat16*>(smem + SP_OFF);
-  float* sMax = reinterpret_cast<float*>(smem + SMAX_OFF);
-  float* sL = reinterpret_cast<float*>(smem + SL_OFF);
-  int64_t* sIdx = reinterpret_cast<int64_t*>(smem + SIDX_OFF);  // [IDX_RING][BN] pool slots
+  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem + L::SQ_OFF);
+  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem + L::SK_OFF);
+  __nv_bfloat16* sP = reinterpret_cast<__nv_bfloat16*>(smem + L::SP_OFF);
+  float* sMax = reinterpret_cast<float*>(smem + L::SMAX_OFF);
+  float* sL = reinterpret_cast<float*>(smem + L::SL_OFF);
+  int64_t* sIdx = reinterpret_cast<int64_t*>(smem + L::SIDX_OFF);  // [IDX_RING][BN] pool slots
 
-  const int mb = blockIdx.x;
-  const int split = blockIdx.y;
-  const int r = blockIdx.z;
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
   const int lane = tid & 31;
   const int rg = warp % RG;  // row group: rows rg*16 .. rg*16+15 of the CTA
   const int ch = warp / RG;  // key-column group (keys ch*8.. of a tile; output dims ch*DV_PER_WARP..)
-  // ABI 4: one count per launch (CTA (0,0,0), thread 0), before any early return of the CTA.
-  if (a.call_counter != nullptr && mb == 0 && split == 0 && r == 0 && tid == 0)
-    atomicAdd(reinterpret_cast<unsigned long long*>(a.call_counter), 1ull);
   const int g = lane >> 2;   // MMA fragment row within 8
   const int qd = lane & 3;   // MMA fragment column pair
 
   const int H = a.num_heads;
-  const int64_t qo0 = load_index(a.qo_indptr, a.qo_indptr_i64, r);
-  const int n = static_cast<int>(load_index(a.qo_indptr, a.qo_indptr_i64, r + 1) - qo0);
-  const int64_t kv0 = load_index(a.kv_indptr, a.kv_indptr_i64, r);
-  const int prefix_len = static_cast<int>(load_index(a.kv_indptr, a.kv_indptr_i64, r + 1) - kv0);
+  const int64_t qo0 = q.qo0, kv0 = q.kv0, mask0 = q.mask0;
+  const int n = q.n, prefix_len = q.prefix_len;
   const bool causal = a.mask_mode == KDTREE_MASK_CAUSAL;
-  const int64_t mask0 = causal ? 0 : load_index(a.mask_indptr, a.mask_indptr_i64, r);
   const int rows = n * H;     // valid rows of this request
   const int row0 = mb * BM;   // first row of this CTA
   if (n <= 0 || prefix_len < 0 || row0 >= rows) return;  // uniform across the CTA
-
   const int total = prefix_len + n;
-  const int n_tiles = (total + BN - 1) / BN;
-  // At least min_split_tiles tiles per split (kdtree_verify_min_split_tiles): under CUDA graphs the
-  // host sizes num_splits for the longest possible request, and a short one would otherwise be cut
-  // into short splits whose fp32 partial outputs cost more traffic than their KV.
-  // The splits past the request's end are empty and only write lse = -inf.
-  const int min_tiles = (min_split_tiles * KDTREE_BLOCK_N + BN - 1) / BN;  // 16-key tiles -> BN-key tiles
-  const int per_split = max((n_tiles + a.num_splits - 1) / a.num_splits, min_tiles);
-  const int t_begin = split * per_split;
-#if KDTREE_FAULT == 1
-  const int t_end = min(n_tiles - 1, t_begin + per_split);  // FAULT: the request's last tile is lost
-#elif KDTREE_FAULT == 2
-  const int t_end = split == 1 ? t_begin : min(n_tiles, t_begin + per_split);  // FAULT: split 1 is lost
-#else
-  const int t_end = min(n_tiles, t_begin + per_split);
-#endif
 
   // The two accumulator rows of this thread: local rows lr[0] = rg*16+g and lr[1] = lr[0]+8.
   int lr[2], grow[2], tok[2];
@@ -337,15 +393,15 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
     tok[i] = grow[i] / H;              // draft token index t within the request
     valid[i] = grow[i] < rows && qo0 + tok[i] < a.num_tokens;
   }
-  // Workspace row of (split, request, m_block, local row); gridDim = (m_blocks, splits, batch).
-  // Its size depends only on the grid, never on the token buffer length (see workspace_bytes).
-  const int64_t ws_rows = static_cast<int64_t>(gridDim.x) * gridDim.y * gridDim.z * BM;
-  const int64_t ws_row0 = ((static_cast<int64_t>(split) * gridDim.z + r) * gridDim.x + mb) * BM;
+  // Workspace row of (slot, m_block, local row); its size depends only on the grid, never on the token
+  // buffer length (see kdtree_verify_workspace_bytes).
+  const int64_t ws_rows = workspace_slots(gridDim.y, gridDim.z) * gridDim.x * BM;
+  const int64_t ws_row0 = (slot * gridDim.x + mb) * BM;
   float* ws_o = static_cast<float*>(a.workspace);
   float* ws_lse = ws_o + ws_rows * DV;
 
-  if (t_begin >= t_end) {  // empty split (short request): contributes nothing to the combine
-    if (a.num_splits > 1 && ch == 0 && qd == 0) {
+  if (t_begin >= t_end) {  // an empty segment (fault builds only): contributes nothing to the combine
+    if (slot >= 0 && ch == 0 && qd == 0) {
 #pragma unroll
       for (int i = 0; i < 2; ++i)
         if (valid[i]) ws_lse[ws_row0 + lr[i]] = -INFINITY;
@@ -355,7 +411,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
 
   // ---- Q tile -> sQ (rows past the request are zero) ----
   {
-    const __nv_bfloat16* q = static_cast<const __nv_bfloat16*>(a.q);
+    const __nv_bfloat16* qp = static_cast<const __nv_bfloat16*>(a.q);
     for (int c = tid; c < BM * Q_CHUNKS_PER_ROW; c += NTHREADS) {
       const int row = c / Q_CHUNKS_PER_ROW;
       const int col = c % Q_CHUNKS_PER_ROW;
@@ -363,7 +419,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
       if (gr < rows) {
         const int64_t t = qo0 + gr / H;
-        if (t < a.num_tokens) v = __ldg(reinterpret_cast<const uint4*>(q + t * a.q_stride_t + (gr % H) * a.q_stride_h) + col);
+        if (t < a.num_tokens) v = __ldg(reinterpret_cast<const uint4*>(qp + t * a.q_stride_t + (gr % H) * a.q_stride_h) + col);
       }
       *reinterpret_cast<uint4*>(sQ + row * SROW + col * 8) = v;
     }
@@ -530,7 +586,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
     const int h = grow[i] % H;
     const int64_t t = qo0 + tok[i];
     const float inv = l_tot[i] > 0.f ? 1.f / l_tot[i] : 0.f;
-    if (a.num_splits == 1) {
+    if (slot < 0) {
       __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out) + t * a.out_stride_t + h * a.out_stride_h +
                            ch * DV_PER_WARP + 2 * qd;
 #pragma unroll
@@ -548,8 +604,104 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
 }
 
 // ---------------------------------------------------------------------------------------------
+// Main kernel: grid (m_blocks, num_splits, batch). With one split CTA (mb, 0, r) is request r; with
+// more, CTA (mb, y, z) is m-block mb of work unit z * num_splits + y (the partition above).
+
+template <class Kv, int BM_>
+__global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_verify_args a, int min_split_tiles) {
+  using L = Layout<BM_>;
+  constexpr int BN = L::BN;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int mb = blockIdx.x;
+  const int tid = threadIdx.x;
+  // ABI 4: one count per launch (CTA (0,0,0), thread 0), before any early return of the CTA.
+  if (a.call_counter != nullptr && mb == 0 && blockIdx.y == 0 && blockIdx.z == 0 && tid == 0)
+    atomicAdd(reinterpret_cast<unsigned long long*>(a.call_counter), 1ull);
+
+  if (a.num_splits == 1) {
+    const Request q = load_request(a, blockIdx.z);
+    const int n_tiles = static_cast<int>(request_tiles(q.prefix_len, q.n, BN));
+#if KDTREE_FAULT == 1
+    attend<Kv, BM_>(a, smem, q, mb, 0, n_tiles - 1, -1);  // FAULT: the request's last tile is lost
+#else
+    attend<Kv, BM_>(a, smem, q, mb, 0, n_tiles, -1);
+#endif
+    return;
+  }
+
+  // ---- the plan: total tiles, this unit's first tile, the request that holds it ----
+  // Scratch in the Q tile's shared memory (the first segment loads Q after the last read of it):
+  // NTHREADS scan entries, then the found request and the tiles before it.
+  int64_t* scan = reinterpret_cast<int64_t*>(smem + L::SQ_OFF);
+  static_assert((NTHREADS + 2) * 8 <= BM_ * SROW * 2, "plan scratch fits in the Q tile");
+  const int B = static_cast<int>(gridDim.z);
+  const int64_t units = static_cast<int64_t>(gridDim.y) * gridDim.z;
+  const int64_t u = static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
+  const int chunks = (B + NTHREADS - 1) / NTHREADS;
+  // CTA (0, 0, 0) writes the plan for the combine: T_0..T_B, then chunk (after the partials).
+  int64_t* plan = reinterpret_cast<int64_t*>(static_cast<float*>(a.workspace) +
+                                             workspace_slots(gridDim.y, gridDim.z) * gridDim.x * L::BM * (DV + 1));
+  const bool writes_plan = mb == 0 && u == 0;
+  int64_t carry = 0;
+  for (int c = 0; c < chunks; ++c) {
+    const int r = c * NTHREADS + tid;
+    const int64_t incl = carry + block_scan(scan, r < B ? tiles_of_request(a, r, BN) : 0);
+    if (writes_plan && r < B) plan[r + 1] = incl;
+    carry += scan[NTHREADS - 1];
+    __syncthreads();  // every thread read the chunk's total before the next scan overwrites it
+  }
+  const int64_t total = carry;
+  const int64_t chunk = split_chunk(total, units, min_tiles_of_layout(min_split_tiles, BN));
+  if (writes_plan && tid == 0) {
+    plan[0] = 0;
+    plan[B + 1] = chunk;
+  }
+  const int64_t start = u * chunk;
+  if (start >= total) return;  // an idle unit (uniform): nothing of the batch is left for it
+  const int64_t end = start + chunk < total ? start + chunk : total;
+  // The request holding tile `start`: again the scan (kept from above when the batch fits one chunk).
+  carry = 0;
+  for (int c = 0; c < chunks; ++c) {
+    const int r = c * NTHREADS + tid;
+    const int64_t v = r < B ? tiles_of_request(a, r, BN) : 0;
+    const int64_t incl = carry + (chunks == 1 ? scan[tid] : block_scan(scan, v));
+    if (v > 0 && incl - v <= start && start < incl) {  // exactly one thread of one chunk
+      scan[NTHREADS] = r;
+      scan[NTHREADS + 1] = incl - v;
+    }
+    carry += scan[NTHREADS - 1];
+    __syncthreads();
+  }
+  int r = static_cast<int>(scan[NTHREADS]);
+  int first = static_cast<int>(start - scan[NTHREADS + 1]);  // the first segment's first tile in request r
+  int left = static_cast<int>(end - start);                  // the unit's tiles not yet done
+  const int unit = static_cast<int>(u);
+  __syncthreads();  // the scratch is read: the segments may load Q over it
+
+  // ---- the unit's segments, request after request (32-bit state: the kernel is at its register limit) ----
+#pragma unroll 1
+  for (; left > 0 && r < B; ++r, first = 0) {  // uniform: every thread walks the same requests
+    const Request q = load_request(a, r);
+    const int n_tiles = static_cast<int>(request_tiles(q.prefix_len, q.n, BN));
+    const int hi = first + left < n_tiles ? first + left : n_tiles;
+    if (hi <= first) continue;  // an empty request (n = 0)
+    left -= hi - first;
+    // A request the unit holds whole is written to `out` at once (no partial, the combine skips it).
+    const int64_t slot = first == 0 && hi == n_tiles ? -1 : static_cast<int64_t>(unit) + r;
+#if KDTREE_FAULT == 1
+    attend<Kv, BM_>(a, smem, q, mb, first, hi == n_tiles ? hi - 1 : hi, slot);  // FAULT: last tile lost
+#elif KDTREE_FAULT == 2
+    attend<Kv, BM_>(a, smem, q, mb, first, unit == 1 ? first : hi, slot);  // FAULT: unit 1 reports empty
+#else
+    attend<Kv, BM_>(a, smem, q, mb, first, hi, slot);
+#endif
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Combine: grid (m_blocks * BM, batch); one CTA of 128 threads per (request, row), thread k owns
-// dims 4k..4k+3. Reads the same workspace rows the main kernel wrote for every split.
+// dims 4k..4k+3. Merges the partials of the units that covered the request (the plan CTA (0, 0, 0) of
+// the main kernel wrote: T_r, T_{r+1} and chunk), slot u + r for unit u.
 
 constexpr int COMBINE_THREADS = DV / 4;
 static_assert(COMBINE_THREADS == 128, "combine: 4 dims per thread");
@@ -561,6 +713,7 @@ __global__ void __launch_bounds__(COMBINE_THREADS) combine_kernel(const kdtree_v
   const int mb = blockIdx.x / BM;
   const int lrow = blockIdx.x % BM;
   const int r = blockIdx.y;
+  const int B = gridDim.y;
   const int64_t qo0 = load_index(a.qo_indptr, a.qo_indptr_i64, r);
   const int n = static_cast<int>(load_index(a.qo_indptr, a.qo_indptr_i64, r + 1) - qo0);
   const int grow = mb * BM + lrow;
@@ -571,21 +724,25 @@ __global__ void __launch_bounds__(COMBINE_THREADS) combine_kernel(const kdtree_v
   const int64_t prefix_len = load_index(a.kv_indptr, a.kv_indptr_i64, r + 1) - load_index(a.kv_indptr, a.kv_indptr_i64, r);
   if (prefix_len < 0) return;  // the main kernel skipped this request too
 
-  const int64_t ws_rows = static_cast<int64_t>(m_blocks) * a.num_splits * gridDim.y * BM;
+  const int64_t ws_rows = workspace_slots(a.num_splits, B) * m_blocks * BM;
   const float* ws_o = static_cast<const float*>(a.workspace);
   const float* ws_lse = ws_o + ws_rows * DV;
-  // Row of split s: ((s * batch + r) * m_blocks + mb) * BM + lrow.
-  const int64_t split_stride = static_cast<int64_t>(gridDim.y) * m_blocks * BM;
+  const int64_t* plan = reinterpret_cast<const int64_t*>(ws_lse + ws_rows);
+  const int64_t t_r = plan[r], t_next = plan[r + 1], chunk = plan[B + 1];
+  const int64_t u0 = t_r / chunk, u1 = (t_next - 1) / chunk;  // t_next > t_r: n > 0, prefix_len >= 0
+  if (u0 == u1) return;  // one unit held the request whole and wrote `out` itself
+  // Row of unit u: ((u + r) * m_blocks + mb) * BM + lrow.
+  const int64_t slot_stride = static_cast<int64_t>(m_blocks) * BM;
   const int64_t R0 = (static_cast<int64_t>(r) * m_blocks + mb) * BM + lrow;
 
   float mx = -INFINITY;
-  for (int s = 0; s < a.num_splits; ++s) mx = fmaxf(mx, ws_lse[R0 + s * split_stride]);
+  for (int64_t u = u0; u <= u1; ++u) mx = fmaxf(mx, ws_lse[R0 + u * slot_stride]);
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   float wsum = 0.f;
   if (mx != -INFINITY) {
-    for (int s = 0; s < a.num_splits; ++s) {
-      const int64_t R = R0 + s * split_stride;
-      const float w = exp2f(ws_lse[R] - mx);  // empty splits (-inf) add nothing
+    for (int64_t u = u0; u <= u1; ++u) {
+      const int64_t R = R0 + u * slot_stride;
+      const float w = exp2f(ws_lse[R] - mx);  // empty partials (-inf) add nothing
       if (w == 0.f) continue;
       const float4 v = reinterpret_cast<const float4*>(ws_o + R * DV)[threadIdx.x];
       acc.x += w * v.x;
@@ -602,6 +759,7 @@ __global__ void __launch_bounds__(COMBINE_THREADS) combine_kernel(const kdtree_v
 }
 
 }  // namespace kdtree
+
 
 // ---------------------------------------------------------------------------------------------
 // C ABI.
@@ -711,16 +869,63 @@ KDTREE_EXPORT int kdtree_verify_num_splits(int num_sms, int batch_size, int num_
 KDTREE_EXPORT int64_t kdtree_verify_workspace_bytes(int batch_size, int num_heads, int max_extend_len,
                                                     int num_splits) {
   if (num_splits <= 1 || batch_size <= 0 || num_heads <= 0 || max_extend_len <= 0) return 0;
-  const int64_t rows = static_cast<int64_t>(num_splits) * batch_size * m_blocks_of(num_heads, max_extend_len) *
+  // Partial rows: (units + batch) slots x m_blocks x BM (the kernel's BM is 64, or 32 with one m-block),
+  // 512 + 1 fp32 each; then the plan: batch + 2 int64 (T_0..T_batch, chunk).
+  const int64_t rows = kdtree::workspace_slots(num_splits, batch_size) * m_blocks_of(num_heads, max_extend_len) *
                        KDTREE_BLOCK_M;
-  return rows * (KDTREE_V_DIM + 1) * static_cast<int64_t>(sizeof(float));
+  return rows * (KDTREE_V_DIM + 1) * static_cast<int64_t>(sizeof(float)) +
+         (static_cast<int64_t>(batch_size) + 2) * static_cast<int64_t>(sizeof(int64_t));
 }
 
 KDTREE_EXPORT int64_t kdtree_verify_max_workspace_bytes(int num_sms) {
   // kdtree_verify_num_splits returns s > 1 only when ctas = batch * m_blocks < num_sms, with
-  // s <= floor(num_sms / ctas), so s * ctas <= num_sms.
+  // s <= floor(num_sms / ctas), so the slots' rows (s * batch + batch) * m_blocks = s * ctas + ctas
+  // stay below 2 * num_sms m-blocks of rows, and batch + 2 <= num_sms + 1 plan entries.
   if (num_sms < 1) num_sms = 1;
-  return static_cast<int64_t>(num_sms) * KDTREE_BLOCK_M * (KDTREE_V_DIM + 1) * static_cast<int64_t>(sizeof(float));
+  const int64_t sms = num_sms;
+  return 2 * sms * KDTREE_BLOCK_M * (KDTREE_V_DIM + 1) * static_cast<int64_t>(sizeof(float)) +
+         (sms + 1) * static_cast<int64_t>(sizeof(int64_t));
+}
+
+KDTREE_EXPORT int64_t kdtree_verify_partition(int batch_size, int num_heads, int max_extend_len, int num_splits,
+                                              int kv_dtype, int block_m, const int64_t* prefix_lens,
+                                              const int32_t* draft_lens, int64_t* unit_tiles,
+                                              int32_t* unit_segments, int64_t* min_unit_tiles) {
+  if (batch_size < 1 || num_heads < 1 || max_extend_len < 1 || num_splits < 1 || num_splits > KDTREE_MAX_SPLITS ||
+      prefix_lens == nullptr || draft_lens == nullptr || unit_tiles == nullptr || unit_segments == nullptr ||
+      min_unit_tiles == nullptr)
+    return -1;
+  const int bm = kdtree_verify_block_m(num_heads, max_extend_len, block_m);
+  if (bm < 0) return -1;
+  const int bn = kdtree_verify_block_n(bm);
+  const int64_t min_tiles =
+      kdtree::min_tiles_of_layout(kdtree_verify_min_split_tiles(num_heads, max_extend_len, kv_dtype), bn);
+  *min_unit_tiles = min_tiles;
+  const int64_t units = static_cast<int64_t>(num_splits) * batch_size;
+  for (int64_t u = 0; u < units; ++u) unit_tiles[u] = unit_segments[u] = 0;
+  int64_t total = 0;
+  for (int r = 0; r < batch_size; ++r) total += kdtree::request_tiles(prefix_lens[r], draft_lens[r], bn);
+  if (num_splits == 1) {  // unit r = request r, whole
+    for (int r = 0; r < batch_size; ++r) {
+      unit_tiles[r] = kdtree::request_tiles(prefix_lens[r], draft_lens[r], bn);
+      unit_segments[r] = unit_tiles[r] > 0;
+    }
+    return total;
+  }
+  const int64_t chunk = kdtree::split_chunk(total, units, min_tiles);
+  int64_t t_r = 0;
+  for (int r = 0; r < batch_size; ++r) {  // request r's tiles [t_r, t_r + n) go to the units that hold them
+    const int64_t n = kdtree::request_tiles(prefix_lens[r], draft_lens[r], bn);
+    for (int64_t at = t_r; at < t_r + n;) {
+      const int64_t u = at / chunk;
+      const int64_t stop = (u + 1) * chunk < t_r + n ? (u + 1) * chunk : t_r + n;
+      unit_tiles[u] += stop - at;
+      unit_segments[u] += 1;
+      at = stop;
+    }
+    t_r += n;
+  }
+  return total;
 }
 
 KDTREE_EXPORT int kdtree_verify_run(const kdtree_verify_args* a, void* stream) {

@@ -81,7 +81,10 @@ def test_a_mixed_batch_is_reported_but_not_judged_against_the_roofline():
 
 
 def test_the_plan_lists_the_mixed_batches_and_says_times_are_cold(capsys):
-    args = kb.argparse.Namespace(quick=True, peak_gbps=None, peak_tflops=None, kv_dtype="bf16")
+    args = kb.argparse.Namespace(
+        quick=True, peak_gbps=None, peak_tflops=None, kv_dtype="bf16", lib="", block_m=0
+    )
     kb.plan(kb.select_shapes(args), args)
     out = capsys.readouterr().out
     assert out.count("prefixes=") == 2 and "cold (L2 flushed" in out
+    assert "balance: not computed (no --lib)" in out and "balance=" not in out

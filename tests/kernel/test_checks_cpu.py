@@ -27,13 +27,13 @@ def needle_case():
     case = make_case(spec, "cpu")
     total = 2004
     # 4 splits of 32 tiles (SPLIT keys): the positions a real launch with these splits would cut at.
-    positions = kc.boundary_positions(total, TILE, splits=4, per_split_tiles=32)
+    positions = kc.boundary_positions(total, TILE, [32, 64, 96])
     cols = kc.add_needles(case, positions)
     return case, positions, cols, verify_attention_reference(**case)
 
 
 def test_needle_positions_cover_the_ends_and_every_split_boundary():
-    pos = kc.boundary_positions(2004, TILE, splits=4, per_split_tiles=32)
+    pos = kc.boundary_positions(2004, TILE, [32, 64, 96])
     splits = {b + d for b in (SPLIT, 2 * SPLIT, 3 * SPLIT) for d in (-1, 0)}
     assert {0, 2003, 15, 16, 1983, 1984} | splits <= set(pos)
     assert len(pos) <= kc.HEAD_DIM_V
@@ -135,7 +135,7 @@ def test_triton_fp8_arithmetic_stays_inside_the_validate_tolerance(prefix):
 def test_fp8_validate_still_counts_a_dropped_needle():
     spec = CaseSpec(prefix_lens=[600], ns=[4], heads=8, kv_dtype=torch.float8_e4m3fn, seed=3)
     case = make_case(spec, "cpu")
-    positions = kc.boundary_positions(604, TILE, splits=2, per_split_tiles=29)
+    positions = kc.boundary_positions(604, TILE, [29])
     kc.add_needles(case, positions)
     triton = kc.triton_fp8_model(case)
     faulty = kc.reference_dropping(case, {0: [positions[-1]]})

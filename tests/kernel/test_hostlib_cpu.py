@@ -95,6 +95,7 @@ def _fake_library(tmp_path, build_info: str):
         "int kdtree_verify_min_split_tiles(void) { return 4; }\n"
         "long kdtree_verify_workspace_bytes(void) { return 0; }\n"
         "long kdtree_verify_max_workspace_bytes(void) { return 0; }\n"
+        "long kdtree_verify_partition(void) { return -1; }\n"
     )
     lib = tmp_path / "libclaimshost.so"
     subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)

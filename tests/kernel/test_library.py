@@ -22,6 +22,7 @@ EXPORTED = {
     "kdtree_verify_block_n",
     "kdtree_verify_workspace_bytes",
     "kdtree_verify_max_workspace_bytes",
+    "kdtree_verify_partition",
     "kdtree_verify_run",
 }
 

@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import kernel_checks as kc  # noqa: E402
+import kernel_plan  # noqa: E402
 from conftest import ARCHS, BUILD_DIR, CSRC, build_library  # noqa: E402
 from kdtree_verify.kernel import binding as kernel  # noqa: E402
 from kdtree_verify.kernel.reference import verify_attention_reference  # noqa: E402
@@ -22,7 +23,6 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
-TILE = 16
 
 
 def _arch() -> str:
@@ -65,19 +65,31 @@ def faulty(request):
     return request.param, _build_faulty(request.param)
 
 
-def _splits(vk, case, heads: int, n: int, block_m: int = 0, request: int = 0) -> tuple[int, int, int]:
-    """(num_splits, key tiles per split of `request`, keys per tile) as the library launches this case
-    (the kernel's own arithmetic: tiles of the layout's BN keys, the minimum rounded up to them)."""
+def _unit_edges(vk, case, heads: int, n: int, block_m: int = 0, request: int = 0) -> tuple[int, list, int]:
+    """(num_splits, the request's tiles where a work unit's range ends, keys per tile) as the library
+    launches this case (its own plan: kdtree_verify_partition, kernel_plan.unit_edges)."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    dtype = kernel.KV_FP8_E4M3 if case["kv_buffer"].dtype == torch.float8_e4m3fn else kernel.KV_BF16
+    dtype = "float8_e4m3fn" if case["kv_buffer"].dtype == torch.float8_e4m3fn else "bfloat16"
     splits = vk.lib.kdtree_verify_num_splits(
-        sms, case["batch_size"], heads, n, int(case["kv_indices"].numel()), dtype
+        sms, case["batch_size"], heads, n, int(case["kv_indices"].numel()), kernel.dtype_code(dtype)
     )
-    bn = vk.lib.kdtree_verify_block_n(vk.lib.kdtree_verify_block_m(heads, n, block_m))
-    min_tiles = -(-vk.lib.kdtree_verify_min_split_tiles(heads, n, dtype) * TILE // bn)
-    total = int(case["kv_indptr"][request + 1] - case["kv_indptr"][request]) + n
-    tiles = -(-total // bn)
-    return splits, max(-(-tiles // splits), min_tiles), bn
+    kv = case["kv_indptr"].tolist()
+    qo = case["qo_indptr"].tolist()
+    prefixes = [kv[r + 1] - kv[r] for r in range(case["batch_size"])]
+    drafts = [qo[r + 1] - qo[r] for r in range(case["batch_size"])]
+    part = vk.partition(
+        prefixes,
+        drafts,
+        num_heads=heads,
+        max_extend_len=n,
+        num_splits=splits,
+        kv_dtype=dtype,
+        block_m=block_m,
+    )
+    bn = part.block_n
+    first = sum(-(-(p + m) // bn) for p, m in zip(prefixes[:request], drafts[:request], strict=True))
+    tiles = -(-(prefixes[request] + drafts[request]) // bn)
+    return splits, kernel_plan.unit_edges(part, first, tiles), bn
 
 
 def _run(vk, case, n, block_m: int = 0):
@@ -93,8 +105,8 @@ def _needle_case(vk, prefix, heads, n, kv_dtype, causal, block_m=0):
         prefix_lens=[prefix], ns=[n], heads=heads, kv_dtype=kv_dtype, causal=causal, seed=prefix + n
     )
     case = make_case(spec, "cpu")
-    splits, per_split, bn = _splits(vk, case, heads, n, block_m)
-    positions = kc.boundary_positions(prefix + n, bn, splits, per_split)
+    splits, edges, bn = _unit_edges(vk, case, heads, n, block_m)
+    positions = kc.boundary_positions(prefix + n, bn, edges)
     cols = kc.add_needles(case, positions)
     ref = verify_attention_reference(**case)
     return {k: (v.cuda() if torch.is_tensor(v) else v) for k, v in case.items()}, case, cols, ref, splits
@@ -123,9 +135,9 @@ def test_needles_on_the_middle_request_of_a_mixed_batch_are_seen(vk, causal, kv_
         prefix_lens=[300, 65536, 17], ns=[n, n, n], heads=heads, kv_dtype=kv_dtype, causal=causal, seed=77
     )
     case = make_case(spec, "cpu")
-    splits, per_split, bn = _splits(vk, case, heads, n, request=1)
-    assert splits > 1, "the case must split the middle request"
-    cols = kc.add_needles(case, kc.boundary_positions(65536 + n, bn, splits, per_split), request=1)
+    splits, edges, bn = _unit_edges(vk, case, heads, n, request=1)
+    assert splits > 1 and edges, "the case must cut the middle request between work units"
+    cols = kc.add_needles(case, kc.boundary_positions(65536 + n, bn, edges), request=1)
     ref = verify_attention_reference(**case)
     got = _run(vk, {k: (v.cuda() if torch.is_tensor(v) else v) for k, v in case.items()}, n)
     problem = kc.check_needles(got, ref, case, cols, request=1)
@@ -189,7 +201,7 @@ def test_both_layouts_serve_the_production_shape(vk, prefix, kv_dtype, block_m):
 
 @pytest.mark.parametrize("block_m", [32, 64])
 def test_the_checks_fail_on_a_kernel_built_with_a_fault(faulty, block_m):
-    """The teeth: a library that drops its last tile, or split 1, fails the needle and exact checks."""
+    """The teeth: a library that drops its last tile, or work unit 1's keys, fails the needle and exact checks."""
     fault, bad = faulty
     gpu_case, case, cols, ref, splits = _needle_case(bad, 65536, 8, 4, torch.bfloat16, False, block_m)
     assert splits > 1, "the case must be split for the one-split fault to bite"

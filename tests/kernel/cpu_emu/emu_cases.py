@@ -89,6 +89,26 @@ SHORT: list[EmuCase] = [
     EmuCase(
         "splits2-fp8-scales", _spec([250], [2], 2, 25, kv_dtype=FP8, k_scale=0.5, v_scale=0.5), num_splits=2
     ),
+    # the length-balanced partition (ABI 5): units spanning several requests (whole ones written
+    # directly), requests cut between units, empty requests (n = 0, as a padded graph batch has)
+    EmuCase("partition-mixed-bm32", _spec([300, 5, 0, 120, 64, 1], [2, 1, 2, 2, 2, 1], 2, 30), num_splits=2),
+    EmuCase(
+        "partition-mixed-bm64-causal-fp8",
+        _spec([3, 260, 17, 0, 90], [3, 2, 4, 1, 3], 16, 31, causal=True, kv_dtype=FP8, k_scale=0.5),
+        num_splits=3,
+    ),
+    EmuCase(
+        "partition-empty-requests-graph-sized",
+        _spec([40, 77, 0, 150, 9], [2, 0, 3, 0, 1], 4, 32, mask_dtype=torch.uint8),
+        num_splits=4,
+        max_extend_len=4,
+        extra_rows=3,
+    ),
+    EmuCase(
+        "partition-two-m-blocks",
+        _spec([100, 3, 180], [2, 4, 1], 32, 33),
+        num_splits=2,
+    ),
     # graph-sized buffers: max_extend_len above every draft length, rows past qo_indptr[-1]
     EmuCase(
         "graph-sized-bm32",
@@ -104,6 +124,13 @@ SHORT: list[EmuCase] = [
         num_splits=2,
     ),
 ]
+
+# More requests than a CTA has threads: the device plan's scans run over several chunks of the batch.
+WIDE_BATCH = EmuCase(
+    "partition-300-requests",
+    _spec([(37 * r) % 61 for r in range(300)], [1 + r % 2 for r in range(300)], 1, 34),
+    num_splits=2,
+)
 
 LONG: list[EmuCase] = [
     EmuCase("long-bm32-h8n4-5000", _spec([5000], [4], 8, 101), num_splits=4),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -23,7 +24,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import emu_driver  # noqa: E402
-from emu_cases import LONG, RANDOM_FULL, RANDOM_SHORT, SHORT, EmuCase  # noqa: E402
+from emu_cases import LONG, RANDOM_FULL, RANDOM_SHORT, SHORT, WIDE_BATCH, EmuCase  # noqa: E402
 from emu_driver import Call, EmulatorError, EmuLibrary, run_exact  # noqa: E402
 from kdtree_verify.kernel import binding  # noqa: E402
 from kdtree_verify.kernel.reference import verify_attention_reference  # noqa: E402
@@ -38,7 +39,7 @@ CSRC = ROOT / "files" / "csrc"
 SENTINEL = 7.0  # written into `out` before a call: rows the kernel must not touch keep it
 FULL = os.environ.get("KDTREE_EMU_FULL") == "1"
 FAULT = os.environ.get("KDTREE_EMU_FAULT") or None
-CASES = SHORT + RANDOM_SHORT + (LONG + RANDOM_FULL if FULL else [])
+CASES = SHORT + RANDOM_SHORT + (LONG + RANDOM_FULL + [WIDE_BATCH] if FULL else [])
 
 
 @pytest.fixture(scope="session")
@@ -103,6 +104,87 @@ def test_the_layout_and_split_choices_the_cases_rely_on(emu):
     # H=1, n=2: at least 4 16-key tiles per split, so 202 keys in 3 splits are 3 non-empty splits
     assert lib.kdtree_verify_min_split_tiles(1, 2, binding.KV_BF16) == 4
     assert lib.kdtree_verify_num_splits(132, 1, 1, 1, 300, binding.KV_BF16) > 1
+
+
+def test_the_partition_gives_every_tile_to_one_unit_in_order_and_no_unit_more_than_its_share(emu):
+    """kdtree_verify_partition (the host run of the kernel's plan): the units' tiles add up to the batch's,
+    in order (unit u's range ends where u + 1's begins), none above the even share or the split floor,
+    and a request held whole by one unit is one segment."""
+    rng = random.Random(3)
+    for _ in range(200):
+        batch = rng.randint(1, 40)
+        heads, n = rng.choice([(8, 4), (16, 4), (1, 2), (64, 1), (8, 16)])
+        prefixes = [rng.choice([0, rng.randint(1, 300), rng.randint(1, 200000)]) for _ in range(batch)]
+        ns = [rng.choice([0, n, rng.randint(1, n)]) for _ in range(batch)]
+        splits = rng.randint(1, 8)
+        part = emu.vk.partition(prefixes, ns, num_heads=heads, max_extend_len=n, num_splits=splits)
+        tiles = [0 if m == 0 else -(-(p + m) // part.block_n) for p, m in zip(prefixes, ns, strict=True)]
+        assert part.total_tiles == sum(tiles) == sum(part.unit_tiles)
+        if splits == 1:
+            assert part.unit_tiles == tiles
+            continue
+        units = splits * batch
+        chunk = max(-(-part.total_tiles // units), part.min_unit_tiles)
+        assert max(part.unit_tiles) <= chunk
+        busy = [t for t in part.unit_tiles if t]
+        assert all(t == chunk for t in busy[:-1]), "every unit but the last busy one takes a full share"
+        assert part.unit_tiles[: len(busy)] == busy, "units take the tiles in order, idle ones at the end"
+        assert sum(part.unit_segments) <= units + batch
+
+
+def test_the_partition_balances_the_benchmarks_mixed_batches(emu):
+    """The benchmark's mixed batches (one long request among short ones): the busiest SM works at most
+    1.15 x the even share (the per-request splits of ABI 4 gave 7.45, 4.32 and 18.11)."""
+    import kernel_bench
+    import kernel_plan
+
+    for heads, n, prefixes in kernel_bench.MIXED_SHAPES:
+        b = kernel_plan.plan_balance(emu.vk, list(prefixes), n, heads)
+        assert b.num_splits > 1 and b.ratio <= 1.15, (heads, n, len(prefixes), b)
+
+
+def test_the_benchmarks_cpu_path_prints_the_balance_of_every_batch(emu, capsys):
+    """kernel_bench.py --plan --lib <the emulated library>: one balance figure per uniform and mixed batch."""
+    import kernel_bench as kb
+
+    args = kb.argparse.Namespace(
+        quick=True, peak_gbps=None, peak_tflops=None, kv_dtype="bf16", lib=str(emu.path), block_m=0
+    )
+    shapes = kb.select_shapes(args)
+    kb.plan(shapes, args)
+    lines = [line for line in capsys.readouterr().out.splitlines() if " balance=" in line]
+    assert len(lines) == len(shapes) + len(kb.select_mixed(args)), lines
+    mixed = [float(re.search(r" balance=([0-9.]+)", line).group(1)) for line in lines if "prefixes=" in line]
+    assert mixed and max(mixed) <= 1.15, lines
+
+
+# (what it breaks, the source text, its broken form)
+PARTITION_MUTANTS = [
+    ("slot-collides", "static_cast<int64_t>(unit) + r;", "static_cast<int64_t>(unit);"),
+    (
+        "unit-restarts-its-first-request",
+        "int first = static_cast<int>(start - scan[NTHREADS + 1]);",
+        "int first = 0 * static_cast<int>(start - scan[NTHREADS + 1]);",
+    ),
+    ("combine-merges-a-whole-request", "  if (u0 == u1) return;", "  if (u0 == u1 && u0 < 0) return;"),
+]
+
+
+@pytest.mark.skipif(FAULT is not None, reason="the suite itself runs a fault build")
+@pytest.mark.parametrize(("what", "old", "new"), PARTITION_MUTANTS, ids=[m[0] for m in PARTITION_MUTANTS])
+def test_a_broken_partition_fails_the_partition_cases(tmp_path, what, old, new):
+    broken = EmuLibrary(
+        emu_driver.build(tmp_path / "lib", src=_mutated_source(tmp_path, old, new), lib_only=True)
+    )
+    for c in (c for c in SHORT if c.name.startswith("partition-")):
+        case, out, valid = prepare(c)
+        try:
+            broken.run(case, out, call_of(c))
+        except EmulatorError:
+            return
+        if problem_of(out, reference(case, valid), valid) is not None:
+            return  # caught
+    pytest.fail(f"{what}: every partition case passed")
 
 
 def test_the_emulator_declares_itself_and_the_binding_never_runs_it(emu):

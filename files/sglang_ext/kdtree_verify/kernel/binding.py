@@ -28,13 +28,14 @@ import hashlib
 import logging
 import os
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from kdtree_verify.kernel.shapes import HEAD_DIM_QK, HEAD_DIM_V
 
 log = logging.getLogger(__name__)
 
-ABI_VERSION = 4  # KDTREE_VERIFY_ABI_VERSION
+ABI_VERSION = 5  # KDTREE_VERIFY_ABI_VERSION
 
 # Error codes of kdtree_verify_run (mirror of kdtree_verify.h).
 _ERR_NAMES = {
@@ -55,7 +56,22 @@ _LAUNCH_SYMBOLS = (
     "kdtree_verify_min_split_tiles",
     "kdtree_verify_workspace_bytes",
     "kdtree_verify_max_workspace_bytes",
+    "kdtree_verify_partition",
 )
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A call's work plan (kdtree_verify_partition): unit u (of num_splits * batch) processes
+    unit_tiles[u] key tiles of block_n keys in each of its m_blocks CTAs, visiting unit_segments[u]
+    requests; no unit takes fewer than min_unit_tiles while the batch has more tiles left."""
+
+    total_tiles: int
+    unit_tiles: list[int]
+    unit_segments: list[int]
+    min_unit_tiles: int  # the fewest tiles a unit takes when the batch has them (the split floor)
+    block_n: int
+    m_blocks: int
 
 
 class KernelUnavailable(Exception):
@@ -63,7 +79,7 @@ class KernelUnavailable(Exception):
 
 
 class _Args(ctypes.Structure):
-    """Mirror of ``kdtree_verify_args`` in files/csrc/kdtree_verify.h (ABI_VERSION 4)."""
+    """Mirror of ``kdtree_verify_args`` in files/csrc/kdtree_verify.h (ABI_VERSION 5)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_int32),
@@ -273,6 +289,8 @@ class VerifyKernel:
         lib.kdtree_verify_workspace_bytes.argtypes = [ctypes.c_int] * 4
         lib.kdtree_verify_max_workspace_bytes.restype = ctypes.c_int64
         lib.kdtree_verify_max_workspace_bytes.argtypes = [ctypes.c_int]
+        lib.kdtree_verify_partition.restype = ctypes.c_int64
+        lib.kdtree_verify_partition.argtypes = [ctypes.c_int] * 6 + [ctypes.c_void_p] * 5
         self._lock = threading.Lock()
         self._prepared: dict[int, str | None] = {}
         self._workspace: dict[int, Any] = {}
@@ -460,6 +478,58 @@ class VerifyKernel:
                 code = int(self.lib.kdtree_verify_run(ctypes.byref(args), ctypes.c_void_p(stream)))
         if code != 0:
             raise RuntimeError(f"kdtree_verify_run failed: {_ERR_NAMES.get(code, code)} (code {code})")
+
+    # -- the work plan (ABI 5) -------------------------------------------------------------------
+    def partition(
+        self,
+        prefix_lens: list[int],
+        draft_lens: list[int],
+        *,
+        num_heads: int,
+        max_extend_len: int,
+        num_splits: int,
+        kv_dtype: str = "bfloat16",
+        block_m: int = 0,
+    ) -> Partition:
+        """The work plan kdtree_verify_run launches for these lengths (kdtree_verify_partition: host
+        memory only, no device). ValueError for arguments the library refuses."""
+        batch = len(prefix_lens)
+        units = num_splits * batch
+        prefixes = (ctypes.c_int64 * max(batch, 1))(*prefix_lens)
+        drafts = (ctypes.c_int32 * max(batch, 1))(*draft_lens)
+        tiles = (ctypes.c_int64 * max(units, 1))()
+        segments = (ctypes.c_int32 * max(units, 1))()
+        min_tiles = ctypes.c_int64(0)
+        kv_code = dtype_code(kv_dtype)
+        total = int(
+            self.lib.kdtree_verify_partition(
+                batch,
+                num_heads,
+                max_extend_len,
+                num_splits,
+                kv_code,
+                block_m,
+                prefixes,
+                drafts,
+                tiles,
+                segments,
+                ctypes.byref(min_tiles),
+            )
+        )
+        if total < 0 or len(draft_lens) != batch:
+            raise ValueError(
+                f"kdtree_verify_partition refused batch={batch} H={num_heads} n={max_extend_len} "
+                f"splits={num_splits} block_m={block_m}"
+            )
+        bm = int(self.lib.kdtree_verify_block_m(num_heads, max_extend_len, block_m))
+        return Partition(
+            total_tiles=total,
+            unit_tiles=list(tiles[:units]),
+            unit_segments=list(segments[:units]),
+            min_unit_tiles=int(min_tiles.value),
+            block_n=int(self.lib.kdtree_verify_block_n(bm)),
+            m_blocks=-(-num_heads * max_extend_len // bm),
+        )
 
     # -- the device call counter (ABI 4) --------------------------------------------------------
     def device_calls(self) -> int:
