@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
+from ansible_collections.kdtree.fleet.plugins.module_utils._small_file import read_small
 
 
 def live_digest(path: str | None) -> str:
@@ -14,8 +15,7 @@ def live_digest(path: str | None) -> str:
     if not path:
         return ""
     try:
-        with open(path, "rb") as handle:
-            return history.digest(handle.read())
+        return history.digest(read_small(path))  # kdtree's own drop-in: a link or a FIFO there is refused
     except FileNotFoundError:
         return ""
 

@@ -33,6 +33,7 @@ from typing import Any
 from ansible_collections.kdtree.fleet.plugins.module_utils import _patch_files as patch_files
 from ansible_collections.kdtree.fleet.plugins.module_utils import _path_safety as path_safety
 from ansible_collections.kdtree.fleet.plugins.module_utils import _venv as venv
+from ansible_collections.kdtree.fleet.plugins.module_utils._small_file import read_head, read_small_text
 from ansible_collections.kdtree.fleet.plugins.module_utils._unit_env import (
     Setting,
     UnitEnvironment,
@@ -105,8 +106,9 @@ def read_unit(unit: str, ours: str) -> Unit:
     for path in [fragment, *dropins]:
         if not path or (os.path.basename(path) == ours and path != fragment):
             continue
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            result.settings.extend(service_settings(handle.read(), path))
+        # systemd's own paths (a unit may be a link into /lib/systemd): its target must be a small,
+        # regular file
+        result.settings.extend(service_settings(read_small_text(path, follow=True), path))
     return result
 
 
@@ -126,7 +128,12 @@ def exec_start(settings: list[Setting], unit_name: str = "") -> tuple[list[str],
     if current is None:
         return [], None
     context = specifier_context(unit_name or "unit.service")
-    argv = [resolve_specifiers(word, context) for word in split_words(current.value)]
+    try:
+        argv = [resolve_specifiers(word, context) for word in split_words(current.value)]
+    except UnitSyntaxError as exc:  # say where: the operator fixes a line, not "the unit"
+        raise UnitSyntaxError(f"{current.path}:{current.line} ExecStart=: {exc}") from exc
+    except UnknownSpecifier as exc:
+        raise UnknownSpecifier(f"{current.path}:{current.line} ExecStart=: {exc}") from exc
     if argv:
         prefixes = argv[0][: len(argv[0]) - len(argv[0].lstrip(EXEC_PREFIXES))]
         argv[0] = argv[0][len(prefixes) :]
@@ -166,9 +173,8 @@ def python_flags(args: list[str]) -> tuple[set[str], list[str]]:
 def shebang(path: str) -> list[str]:
     """The interpreter line of a script, split (the kernel passes one optional argument)."""
     try:
-        with open(path, "rb") as handle:
-            first = handle.readline(512)
-    except (OSError, ValueError):  # ValueError: a NUL in the path
+        first = read_head(path, 512).split(b"\n", 1)[0]
+    except (OSError, ValueError):  # not a regular file (SmallFileRefused), or a NUL in the path
         return []
     if not first.startswith(b"#!"):
         return []
@@ -379,14 +385,16 @@ def env_file_entries(path: str) -> tuple[str, list[tuple[int, str, str]]]:
     path = path.removeprefix("-")
     entries: list[tuple[int, str, str]] = []
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            for number, raw in enumerate(handle, start=1):
-                line = raw.strip()
-                if line and not line.startswith(("#", ";")) and "=" in line:
-                    name, _sep, value = line.partition("=")
-                    entries.append((number, name.strip(), value.strip()))
-    except (OSError, ValueError):  # ValueError: a NUL in the path
-        pass
+        # the operator's path: a FIFO, a device, a directory or a huge file is not read (no entries, as a
+        # file that is not there; the unit's start then fails and the smoke check says so), never hangs
+        text = read_small_text(path, follow=True)
+    except (OSError, ValueError):  # SmallFileRefused, or ValueError: a NUL in the path
+        return path, entries
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if line and not line.startswith(("#", ";")) and "=" in line:
+            name, _sep, value = line.partition("=")
+            entries.append((number, name.strip(), value.strip()))
     return path, entries
 
 

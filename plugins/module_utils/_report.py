@@ -60,6 +60,10 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import (
     _unit_env as unit_env,
 )
 from ansible_collections.kdtree.fleet.plugins.module_utils._http_client import HttpFailure, request
+from ansible_collections.kdtree.fleet.plugins.module_utils._small_file import (
+    SmallFileRefused,
+    read_small_text,
+)
 
 SHOW_PROPS = ("ActiveState", "SubState", "MainPID", "ExecMainStartTimestamp", "ControlGroup")
 NVIDIA_SMI_TIMEOUT_S = 10.0
@@ -136,8 +140,7 @@ class HostReader:
         return history.load(path)
 
     def read_text(self, path: str) -> str:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
+        return read_small_text(path)
 
     def listdir(self, path: str) -> list[str]:
         return sorted(os.listdir(path))
@@ -622,6 +625,8 @@ def _gpu(reader: HostReader, query: Query, entry: dict[str, Any] | None, errors:
             try:
                 found = build_info(reader.read_text(path))
                 info = {k: found[k] for k in ("arch", "compute_capability") if found.get(k)}
+            except SmallFileRefused as exc:
+                errors.append(f"build info: {exc}")
             except OSError:
                 pass
     if not info.get("compute_capability"):

@@ -38,6 +38,7 @@ from ansible_collections.kdtree.fleet.plugins.module_utils._patch_files import (
     PatchFileError,
     load_installed,
 )
+from ansible_collections.kdtree.fleet.plugins.module_utils._small_file import read_small
 from ansible_collections.kdtree.fleet.plugins.module_utils._unit_socket import listeners, owner, url_port
 
 SHOW_PROPS = (
@@ -363,9 +364,9 @@ def _status_file(status_dir: str, pid: int) -> StatusFile | None:
     try:
         if started is not None and os.stat(path).st_mtime < started - 1.0:
             return None  # an earlier process with the same pid
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read().decode("utf-8", "replace"))
-    except (OSError, ValueError):
+        # written by the service's user: a FIFO, a link or a huge file there is no status (SmallFileRefused)
+        data = json.loads(read_small(path).decode("utf-8", "replace"))
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or data.get("pid") != pid or not data.get("state"):
         return None

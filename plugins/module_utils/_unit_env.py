@@ -24,6 +24,8 @@ import socket
 import subprocess
 from dataclasses import dataclass, field
 
+from ansible_collections.kdtree.fleet.plugins.module_utils._small_file import read_small_text
+
 SHOW_TIMEOUT_S = 15
 
 
@@ -339,6 +341,5 @@ def unit_environment(fragment: str, dropins: list[str], exclude: list[str]) -> U
     for path in [fragment, *dropins]:
         if not path or (path != fragment and path.rsplit("/", 1)[-1] in exclude):
             continue
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            apply_unit_file(env, handle.read(), path)
+        apply_unit_file(env, read_small_text(path, follow=True), path)
     return env

@@ -11,6 +11,11 @@ import glob
 import os
 from dataclasses import dataclass
 
+from ansible_collections.kdtree.fleet.plugins.module_utils._small_file import (
+    SmallFileRefused,
+    read_small_text,
+)
+
 
 class VenvError(ValueError):
     """The interpreter's venv cannot be read unambiguously."""
@@ -37,11 +42,14 @@ def venv_of(python: str) -> Venv:
             "site-packages without running Python - run SGLang from a venv"
         )
     home = ""
-    with open(cfg, encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            key, sep, value = line.partition("=")
-            if sep and key.strip() == "home":
-                home = value.strip()
+    try:
+        text = read_small_text(cfg)
+    except (OSError, SmallFileRefused) as exc:
+        raise VenvError(f"cannot read {cfg}: {exc}") from exc
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "home":
+            home = value.strip()
     sites = sorted(glob.glob(os.path.join(root, "lib", "python3.*", "site-packages")))
     if len(sites) != 1:
         found = ", ".join(sites) or "none"
@@ -61,15 +69,17 @@ def installed_version(venv: Venv, distribution: str) -> str:
     metadata = os.path.join(infos[0], "METADATA")
     headers: dict[str, list[str]] = {"Name": [], "Version": []}
     try:
-        with open(metadata, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if not line.strip():
-                    break  # the headers end at the first empty line
-                key, _sep, value = line.partition(":")
-                if key in headers:
-                    headers[key].append(value.strip())
+        text = read_small_text(metadata)
+    except SmallFileRefused as exc:
+        raise VenvError(f"cannot read {exc}") from exc
     except OSError as exc:
         raise VenvError(f"cannot read {metadata}: {exc.strerror}") from exc
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the headers end at the first empty line
+        key, _sep, value = line.partition(":")
+        if key in headers:
+            headers[key].append(value.strip())
     # Python's email parser (importlib.metadata) takes the first of two headers, a reader taking the last
     # would name another release: a METADATA that says two things is refused, never read one way.
     twice = {key: values for key, values in headers.items() if len(values) > 1}
@@ -85,16 +95,19 @@ def installed_version(venv: Venv, distribution: str) -> str:
 
 def pth_paths(venv: Venv) -> list[str]:
     """The .pth files of site-packages and the directories their path lines add (what Python's site
-    module would read and import at start)."""
+    module would read and import at start). A .pth that is not a small regular file (a FIFO, a link, a
+    device, a huge file) is refused: Python would read it at every start."""
     paths: list[str] = []
     for pth in sorted(glob.glob(os.path.join(venv.site_packages, "*.pth"))):
         paths.append(pth)
         try:
-            with open(pth, encoding="utf-8", errors="replace") as handle:
-                for line in handle:
-                    line = line.strip()
-                    if line and not line.startswith(("#", "import ", "import\t")):
-                        paths.append(os.path.join(venv.site_packages, line))
+            text = read_small_text(pth)
+        except SmallFileRefused as exc:
+            raise VenvError(f"refused {exc}") from exc
         except OSError:
             continue
+        for line in text.splitlines():
+            line = line.strip()
+            if line and not line.startswith(("#", "import ", "import\t")):
+                paths.append(os.path.join(venv.site_packages, line))
     return paths

@@ -110,6 +110,18 @@ def test_a_later_execstart_reset_in_a_drop_in_wins(tmp_path):
     assert line is not None and line.path.endswith("20-mine.conf") and line.line == 3
 
 
+def test_an_unbalanced_quote_in_execstart_is_refused_naming_its_file_and_line(tmp_path):
+    unit = make_unit(
+        tmp_path, dropins={"20-mine.conf": "[Service]\nExecStart=\nExecStart=/usr/bin/env 'true\n"}
+    )
+    with pytest.raises(
+        preflight.UnitSyntaxError, match=r"20-mine\.conf:3 ExecStart=: an unterminated ' quote"
+    ):
+        preflight.exec_start(unit.settings)
+    check = checks(unit)["command"]
+    assert not check.ok and "20-mine.conf:3" in check.message
+
+
 @pytest.mark.parametrize(
     ("extra", "cc", "ok"),
     [
