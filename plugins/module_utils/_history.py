@@ -66,13 +66,11 @@ ENTRY_FIELDS = (
     "dropin_fields",
 )
 MODES = ("off", "validate", "on")
-# The variables the drop-in always sets (roles/kdtree_service/tasks/preflight.yml, _kdtree_service_env),
-# NCCL_* (kdtree_service_nccl_env); kdtree_service_env_extra may add any other name except those that
-# make an interpreter or the loader run other code (RUNS_CODE), unless today's env_extra sets it too.
+# The variables the drop-in always sets (roles/kdtree_service/tasks/preflight.yml, _kdtree_service_env);
+# with NCCL_* (kdtree_service_nccl_env) and today's kdtree_service_env_extra names, the allowlist of a
+# restored drop-in's environment (owned_key).
 FIXED_ENV = ("PYTHONPATH", "KDTREE_VERIFY", "KDTREE_LIB", "KDTREE_STATUS_DIR", "KDTREE_STATUS_INTERVAL",
              "PYTHONUNBUFFERED", "SPT_NOENV")  # fmt: skip
-RUNS_CODE = ("PYTHONSTARTUP", "PYTHONHOME", "PYTHONINSPECT", "PYTHONEXECUTABLE", "PYTHONUSERBASE",
-             "PYTHONPLATLIBDIR", "PYTHONBREAKPOINT", "BASH_ENV", "ENV", "PATH", "IFS", "SHELL")  # fmt: skip
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PATH_PART = re.compile(r"^[A-Za-z0-9_.+-]+$")
 LIBRARY = "libkdtree_verify.so"
@@ -344,11 +342,11 @@ def _under(path: str, root: str, shape: str) -> str:
 
 
 def owned_key(key: str, extra_keys: list[str]) -> bool:
-    """Whether a recorded drop-in may set `key`: kdtree's own (FIXED_ENV, NCCL_*), one today's
-    kdtree_service_env_extra sets (extra_keys), or any other that does not run code (RUNS_CODE, LD_*)."""
-    if key in FIXED_ENV or key.startswith("NCCL_") or key in extra_keys:
-        return True
-    return key not in RUNS_CODE and not key.startswith("LD_")
+    """Whether a recorded drop-in may set `key`, by an allowlist: kdtree's own (FIXED_ENV), NCCL_*, or
+    one today's kdtree_service_env_extra sets (extra_keys). Anything else (PYTHONSTARTUP, LD_PRELOAD,
+    BASH_ENV... any variable that makes an interpreter or the loader run other code) is refused: a
+    denylist misses what it does not name."""
+    return key in FIXED_ENV or key.startswith("NCCL_") or key in extra_keys
 
 
 def restore_fields(
@@ -413,6 +411,13 @@ def restore_fields(
         raise refuse(f"PYTHONPATH does not start with its patch directory {patch}")
     if not all(os.path.isabs(part) for part in found["PYTHONPATH"].split(":")):
         raise refuse("PYTHONPATH holds a relative directory")
+    for part in found["PYTHONPATH"].split(":")[1:]:  # every entry: the interpreter imports from each
+        unsafe = unsafe_dirs(part)
+        if unsafe:
+            raise refuse(
+                f"PYTHONPATH entry {part} is writable by group/others, not owned by root or a symlink: "
+                + "; ".join(unsafe)
+            )
     try:
         float(found.get("KDTREE_STATUS_INTERVAL", ""))
     except ValueError:

@@ -43,9 +43,16 @@ def good_entry(build_root, patch_root, **over) -> dict:
     return entry
 
 
+TODAYS_EXTRA = ["CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"]  # the names today's env_extra sets
+
+
 def restore(entry, build_root, patch_root):
     return history.restore_fields(
-        entry, str(build_root), str(patch_root), "/run/kdtree-sglang", ["LD_LIBRARY_PATH"]
+        entry,
+        str(build_root),
+        str(patch_root),
+        "/run/kdtree-sglang",
+        ["CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"],
     )
 
 
@@ -111,6 +118,34 @@ def test_a_tampered_entry_is_refused_naming_the_field(roots):
             restore(bad, build_root, patch_root)
 
 
+def with_env(entry: dict, env: list) -> dict:
+    return {**entry, "dropin_fields": {**entry["dropin_fields"], "env": env}}
+
+
+def test_a_variable_outside_the_allowlist_is_refused_though_no_denylist_names_it(roots):
+    """Kdtree's own names, NCCL_* and today's env_extra only: a name that makes a library load or read
+    other files (GCONV_PATH, OPENSSL_CONF, MALLOC_CONF) is refused like LD_PRELOAD."""
+    build_root, patch_root = roots
+    entry = good_entry(build_root, patch_root)
+    env = entry["dropin_fields"]["env"]
+    for key in ("GCONV_PATH", "OPENSSL_CONF", "MALLOC_CONF"):
+        with pytest.raises(history.HistoryError, match=f"{key} is not one kdtree owns"):
+            restore(with_env(entry, [*env, [key, "/tmp/x"]]), build_root, patch_root)
+
+
+def test_every_pythonpath_entry_is_checked_not_only_the_patch_directory(roots, tmp_path):
+    build_root, patch_root = roots
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    entry = good_entry(build_root, patch_root)
+    env = [[k, f"{v}:{shared}" if k == "PYTHONPATH" else v] for k, v in entry["dropin_fields"]["env"]]
+    with pytest.raises(history.HistoryError, match=r"PYTHONPATH entry .*shared is writable by group/others"):
+        restore(with_env(entry, env), build_root, patch_root)
+    shared.chmod(0o755)
+    assert dict(restore(with_env(entry, env), build_root, patch_root)["env"])["PYTHONPATH"].endswith("shared")
+
+
 def test_unsafe_roots_refuse_the_restore(roots):
     build_root, patch_root = roots
     patch_root.chmod(0o777)
@@ -125,10 +160,10 @@ def test_the_module_reports_the_refusal_and_the_checked_fields(roots, tmp_path):
     record = {k: v for k, v in entry.items() if k not in ("id", "dropin")}
     deploy(path, "X", "healthy", **record)
     spec = {"build_root": str(build_root), "patch_root": str(patch_root), "status_dir": "/run/kdtree-sglang",
-            "extra_keys": ["LD_LIBRARY_PATH"]}  # fmt: skip
+            "extra_keys": TODAYS_EXTRA}  # fmt: skip
     out = kdtree_history.run(params(path, restore=spec), False)
     assert out["last_good_refusal"] == "" and out["last_good_fields"]["env"] == entry["dropin_fields"]["env"]
-    out = kdtree_history.run(params(path, restore={**spec, "extra_keys": []}), False)
+    out = kdtree_history.run(params(path, restore={**spec, "extra_keys": ["CUDA_VISIBLE_DEVICES"]}), False)
     assert (
         out["last_good_fields"] is None
         and "LD_LIBRARY_PATH is not one kdtree owns" in out["last_good_refusal"]
