@@ -151,6 +151,7 @@ def execute(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.time,
     traffic: Traffic = host_traffic,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> dict[str, Any]:
     """One module call: prepare(), restart when asked, watch one chunk; once the run is healthy, send
     the traffic (requests > 0, marker state active) and judge the status files.
@@ -201,7 +202,9 @@ def execute(
         stall_timeout_s=params.get("stall_timeout_s") or 0.0,
         status_dir=params.get("status_dir") or "",
     )
-    verdict = watch(query, wanted, params["chunk_s"], params["poll_s"], setup.marker, read, sleep, clock)
+    verdict = watch(
+        query, wanted, params["chunk_s"], params["poll_s"], setup.marker, read, sleep, clock, monotonic
+    )
     if verdict.state == "ok" and setup.statusdir is not None:
         verdict = with_traffic(verdict, params, setup.statusdir, traffic, clock)
     elif verdict.state == "ok" and int(params.get("requests") or 0) > 0:

@@ -167,13 +167,14 @@ def wait_written_after(
     after: float,
     bound_s: float,
     poll_s: float,
-    clock: Callable[[], float] = time.time,
+    monotonic: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[int, Counts]:
     """Every pid's status file once it was written after `after` (its `updated`) and is fresh;
-    TrafficError naming the late ones when that takes longer than bound_s, and at once naming a
-    file the status reader refused."""
-    deadline = clock() + bound_s
+    TrafficError naming the late ones when that takes longer than bound_s (on the monotonic clock: a
+    step of the host's wall clock neither stretches nor cuts the wait), and at once naming a file the
+    status reader refused."""
+    deadline = monotonic() + bound_s
     while True:
         found = read(pids)
         refused = [found[pid] for pid in pids if pid in found and found[pid].refused]
@@ -184,7 +185,7 @@ def wait_written_after(
         late = [pid for pid in pids if pid not in found or found[pid].updated <= after or found[pid].stale]
         if not late:
             return found
-        if clock() >= deadline:
+        if monotonic() >= deadline:
             named = ", ".join(
                 f"pid {pid} (no status file)"
                 if pid not in found
@@ -490,6 +491,7 @@ def run_traffic(
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
     metrics: Metrics = read_metrics,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> TrafficResult:
     """Baseline (files written from now on), /metrics, requests, /metrics, files written after the
     last answer, judge, decode figures. `bound_s`: how long each wait for a rewrite may take
@@ -498,7 +500,7 @@ def run_traffic(
     poll = max(poll_s, 0.05)
     head = f"traffic: {req.count} requests"
     try:
-        before = wait_written_after(read, pids, clock(), bound, poll, clock, sleep)
+        before = wait_written_after(read, pids, clock(), bound, poll, monotonic, sleep)
     except TrafficError as exc:
         why = f"{head}: no fresh baseline ({exc}; does the unit set KDTREE_STATUS_DIR?)"
         return TrafficResult(ok=False, line=why, why=why)
@@ -520,7 +522,7 @@ def run_traffic(
     metrics_after = scrape() if metrics_before is not None else None
     figures = decode.figures(answers, metrics_before, metrics_after, "; ".join(unread))
     try:
-        after = wait_written_after(read, pids, last, bound, poll, clock, sleep)
+        after = wait_written_after(read, pids, last, bound, poll, monotonic, sleep)
     except TrafficError as exc:
         why = f"{head} answered, but {exc}"
         return TrafficResult(ok=False, line=why, why=why, answers=answers, decode=figures)

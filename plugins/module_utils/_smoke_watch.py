@@ -77,12 +77,14 @@ def watch(
     read: Reader = read_host,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.time,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> Verdict:
-    """Poll read_host + judge every poll_s until ok or failed, or until chunk_s has passed (pending).
+    """Poll read_host + judge every poll_s until ok or failed, or until chunk_s has passed (pending, on
+    the monotonic clock: a step of the host's wall clock neither stretches nor cuts a chunk).
 
     Each poll hands read_host the journal state of the previous one (in the run), so the journal is
     read on from its cursor."""
-    deadline = clock() + chunk_s
+    deadline = monotonic() + chunk_s
     while True:
         try:
             verdict = judge(read(query, marker, journal=wanted.run.journal), wanted)
@@ -93,6 +95,6 @@ def watch(
         if verdict.state in ("failed", "ok"):
             return verdict
         wanted = replace(wanted, run=verdict.run)
-        if clock() >= deadline:
+        if monotonic() >= deadline:
             return verdict
         sleep(poll_s)

@@ -96,4 +96,5 @@ def execute(host: Host, **over: Any) -> dict[str, Any]:
         restart=host.restart,
         sleep=host.sleep,
         clock=host.clock,
+        monotonic=host.clock,
     )

@@ -94,7 +94,9 @@ def test_a_restart_that_does_not_finish_is_a_failed_run_with_its_own_message(hu)
             f"restart did not finish within {timeout_s:g} s (`systemctl restart {unit}.service`)"
         )
 
-    result = sc.execute(params(restart=True), read=host.read, restart=restart, clock=host.clock)
+    result = sc.execute(
+        params(restart=True), read=host.read, restart=restart, clock=host.clock, monotonic=host.clock
+    )
     assert result["state"] == "failed"
     assert result["why"].startswith("restart did not finish within 300 s")
     assert result["msg"].startswith("sglang.service: restart did not finish within 300 s")

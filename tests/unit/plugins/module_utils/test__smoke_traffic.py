@@ -550,13 +550,47 @@ def test_a_status_file_that_is_not_rewritten_fails_within_the_bound(tr, statusdi
         )
 
 
+def test_a_wall_clock_step_back_does_not_stretch_the_wait_for_a_rewrite(tr):
+    """The host's wall clock jumps back an hour at every look: the wait for the baseline still ends
+    after its bound on the monotonic clock (it used to count its deadline on the wall clock)."""
+    wall, mono, polls = [10_000.0], [0.0], [0]
+
+    def wall_clock() -> float:
+        wall[0] -= 3600.0
+        return wall[0]
+
+    def sleep(seconds: float) -> None:
+        polls[0] += 1
+        mono[0] += seconds
+        assert polls[0] < 1000, "still waiting after 1000 polls"
+
+    stale = {7: counts(tr, pid=7)}  # never rewritten
+    result = tr.run_traffic(
+        tr.Requests(count=1, health_url="http://127.0.0.1:1/health"),
+        [7],
+        lambda p: stale,
+        25.0,
+        1.0,
+        clock=wall_clock,
+        sleep=sleep,
+        monotonic=lambda: mono[0],
+    )
+    assert not result.ok and "not rewritten within 25 s" in result.why
+    assert 25.0 <= mono[0] <= 27.0
+
+
 # --- the module ---------------------------------------------------------------------------------
 
 
 def module_execute(hu, host_over=None, **over):
     host = Host(hu, **(host_over or {}))
     return sc.execute(
-        params(**over), read=host.read, restart=host.restart, sleep=host.sleep, clock=host.clock
+        params(**over),
+        read=host.read,
+        restart=host.restart,
+        sleep=host.sleep,
+        clock=host.clock,
+        monotonic=host.clock,
     )
 
 

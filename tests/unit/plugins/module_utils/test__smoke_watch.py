@@ -439,7 +439,28 @@ class Script:
 
 def watch(script, chunk_s=1.0, poll_s=0.25, **over):
     query = script.hu.Query(unit="sglang", invocation_id=INVOCATION, health_url="http://x/health")
-    return sw.watch(query, wanted(**over), chunk_s, poll_s, None, script.read, script.sleep, script.clock)
+    return sw.watch(
+        query, wanted(**over), chunk_s, poll_s, None, script.read, script.sleep, script.clock, script.clock
+    )
+
+
+def test_a_chunk_ends_on_the_monotonic_clock_whatever_the_wall_clock_does(hu, host):
+    """A wall clock that steps back an hour at every look neither stretches nor cuts a chunk."""
+    script = Script(hu, host, [lambda h: None] * 50)
+    mono = [0.0]
+
+    def sleep(seconds: float) -> None:
+        script.sleep(seconds)
+        mono[0] += seconds
+        assert len(script.sleeps) < 40, "the chunk did not end"
+
+    def wall() -> float:
+        script.now -= 3600.0
+        return script.now
+
+    query = script.hu.Query(unit="sglang", invocation_id=INVOCATION, health_url="http://x/health")
+    verdict = sw.watch(query, wanted(), 1.0, 0.25, None, script.read, sleep, wall, lambda: mono[0])
+    assert verdict.state == "pending" and 1.0 <= mono[0] <= 1.25
 
 
 def test_watch_returns_pending_with_the_progress_when_the_chunk_ends(hu, host):
