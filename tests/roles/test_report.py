@@ -72,11 +72,20 @@ def test_the_playbook_writes_valid_json_with_every_host_and_prints_the_table(tmp
 
 
 @pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv")
-def test_the_default_json_path_is_under_tmp_and_printed(tmp_path):
+def test_the_default_json_is_written_in_a_fresh_private_directory_and_printed(tmp_path):
+    """Not at a predictable /tmp name another local user could pre-empt with a link: in a new 0700
+    directory of a random name (mkdtemp), owned by the user running the play."""
     out = run_report(tmp_path, "--limit", "local-b")
     assert out.returncode == 0, out.stdout + out.stderr
-    path = re.search(r"JSON: (/tmp/kdtree-report-\d{8}T\d{6}Z\.json)", out.stdout).group(1)
+    found = re.search(
+        r"JSON: (/tmp/kdtree-report-[A-Za-z0-9_]{6,}/kdtree-report-\d{8}T\d{6}Z\.json)", out.stdout
+    )
+    assert found, out.stdout
+    path = Path(found.group(1))
     try:
-        assert [row["host"] for row in json.loads(Path(path).read_text())] == ["local-b"]
+        assert [row["host"] for row in json.loads(path.read_text())] == ["local-b"]
+        info = path.parent.stat()
+        assert oct(info.st_mode & 0o777) == "0o700" and info.st_uid == os.getuid()
     finally:
-        os.unlink(path)
+        path.unlink()
+        path.parent.rmdir()
