@@ -26,6 +26,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import stat
 import subprocess
 from dataclasses import dataclass, field
 from typing import Any
@@ -525,17 +526,53 @@ def check_sglang(
     )
 
 
+IMPORTABLE_SUFFIXES = (".py", ".pyc", ".pyw", ".so", ".pth", ".zip", ".egg")
+
+
+def importable_entries(directory: str) -> list[str]:
+    """What Python could import from `directory` on sys.path, so what must be root's when root imports
+    from it: its files with an importable suffix, its __pycache__ and what that holds, and its
+    subdirectories (packages, namespace packages), except root-owned sticky ones such as /tmp under /
+    (only their owners can rename what is in them, and nothing imports a package named after them)."""
+    try:
+        with os.scandir(directory) as listing:
+            entries = list(listing)
+    except (OSError, ValueError):
+        return []  # not there (Python skips it) or unreadable: the directory's own check names it
+    found: list[str] = []
+    for entry in sorted(entries, key=lambda e: e.name):
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if entry.name == "__pycache__":
+            found.append(entry.path)
+            found += importable_entries(entry.path)
+        elif stat.S_ISDIR(info.st_mode):
+            if not (info.st_mode & stat.S_ISVTX and info.st_uid == 0):
+                found.append(entry.path)
+        elif entry.name.endswith(IMPORTABLE_SUFFIXES) or stat.S_ISLNK(info.st_mode):
+            found.append(entry.path)
+    return found
+
+
 def probe_root_paths(python: str, env: dict[str, str], cwd: str) -> list[str]:
     """What a probe run as root would run or import from: the interpreter, its venv (pyvenv.cfg, the
     base interpreter's home, site-packages, every .pth file and the directories they add), the working
-    directory and every PYTHONPATH entry. Raises venv.VenvError when the venv cannot be read."""
+    directory and every PYTHONPATH entry, and what each of those two holds that Python could import
+    (importable_entries: a directory's owner and mode do not vouch for its files). Raises
+    venv.VenvError when the venv cannot be read."""
     found = venv.venv_of(python)
     paths = [python, os.path.join(found.root, "pyvenv.cfg"), found.site_packages]
     if found.home:
         paths.append(found.home)
     paths += venv.pth_paths(found)
-    paths.append(working_directory(cwd, ""))
-    paths += [entry for entry in env.get("PYTHONPATH", "").split(":") if entry]
+    workdir = working_directory(cwd, "")
+    paths.append(workdir)
+    paths += importable_entries(workdir)  # `python -m` puts the working directory first on sys.path
+    for entry in (entry for entry in env.get("PYTHONPATH", "").split(":") if entry):
+        paths.append(entry)
+        paths += importable_entries(entry)
     return paths
 
 

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from ansible_collections.kdtree.fleet.plugins.module_utils import _path_safety as path_safety
 from ansible_collections.kdtree.fleet.plugins.module_utils import _preflight as preflight
 from ansible_collections.kdtree.fleet.plugins.module_utils._unit_env import service_settings
 from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR
@@ -638,3 +639,42 @@ def test_the_node_rank_is_read_and_a_rank_beyond_the_nodes_is_refused(tmp_path):
     assert (facts["nnodes"], facts["node_rank"], facts["unparsed"]) == (2, 1, [])
     unit = make_unit(tmp_path, STOCK.replace("--tp-size 8", "--tp-size 16 --nnodes 2 --node-rank 2"))
     assert preflight.launch_facts(unit, [])["unparsed"] == ["--node-rank 2"]
+
+
+def probe_venv(root: Path) -> str:
+    (root / "bin").mkdir(parents=True)
+    (root / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (root / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+    (root / "bin" / "python").write_text("")
+    return str(root / "bin" / "python")
+
+
+def test_a_file_another_user_placed_in_the_probes_working_directory_refuses_the_root_probe(tmp_path):
+    """The directory is root's; a module in it is not. `python -m` imports from the working directory
+    first, so the probe, run as root, would run it: the preflight names the file."""
+    python = probe_venv(tmp_path / "venv")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("not importable\n")
+    os.chown(work / "notes.txt", 1234, 1234)
+    assert path_safety.first_unsafe(preflight.probe_root_paths(python, {}, str(work))) == ""
+    (work / "sitecustomize.py").write_text("import os\n")
+    os.chown(work / "sitecustomize.py", 1234, 1234)
+    reason = path_safety.first_unsafe(preflight.probe_root_paths(python, {}, str(work)))
+    assert reason == f"{work / 'sitecustomize.py'} is owned by uid 1234, not root"
+
+
+def test_a_writable_pycache_or_package_in_a_pythonpath_entry_refuses_the_root_probe(tmp_path):
+    python = probe_venv(tmp_path / "venv")
+    extra = tmp_path / "extra"
+    (extra / "__pycache__").mkdir(parents=True)
+    (extra / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"planted")
+    (extra / "__pycache__" / "mod.cpython-311.pyc").chmod(0o666)
+    env = {"PYTHONPATH": str(extra)}
+    reason = path_safety.first_unsafe(preflight.probe_root_paths(python, env, str(tmp_path)))
+    assert "mod.cpython-311.pyc is group- or world-writable" in reason
+    (extra / "__pycache__" / "mod.cpython-311.pyc").chmod(0o644)
+    (extra / "pkg").mkdir()
+    (extra / "pkg").chmod(0o777)
+    reason = path_safety.first_unsafe(preflight.probe_root_paths(python, env, str(tmp_path)))
+    assert reason.startswith(f"{extra / 'pkg'} is group- or world-writable")
