@@ -87,6 +87,23 @@ def test_the_patch_is_installed_whole_checked_and_replaced_when_it_drifted(tmp_p
     assert not (installed / "stray.py").exists()
 
 
+def test_a_pycache_others_can_write_in_the_installed_patch_is_drift_and_the_tree_is_replaced(
+    tmp_path, patch_root
+):
+    """A .pyc in a writable __pycache__ would run at the next import as root: the check counts it as
+    drift (it used to skip every __pycache__), so the tree is installed again without it."""
+    rc, out = _install(tmp_path, patch_root)
+    assert rc == 0, out[-3000:]
+    (installed,) = [p for p in patch_root.iterdir() if not p.name.startswith(".")]
+    cache = installed / "kdtree_verify" / "__pycache__"
+    cache.mkdir(exist_ok=True)
+    cache.chmod(0o777)
+    (cache / "config.cpython-311.pyc").write_bytes(b"planted")
+    rc, out = _install(tmp_path, patch_root)
+    assert rc == 0 and "changed=0" not in out, out[-3000:]
+    assert not (cache / "config.cpython-311.pyc").exists()
+
+
 def test_a_relative_patch_source_is_refused_before_anything_is_installed(tmp_path, patch_root):
     rc, out = _install(tmp_path, patch_root, source=PATCH_DIR.relative_to(ROOT))
     assert rc != 0, out[-2000:]
