@@ -152,6 +152,7 @@ def test_of_n_concurrent_breakers_of_a_stale_lock_exactly_one_wins(tmp_path, kin
             os.unlink(path)
         lock.acquire(path, {"run_id": f"dead-{attempt}"}, break_lock=False, check_mode=False)
         since = time.time() + 0.001  # every breaker started after the dead run took its lock
+        time.sleep(0.02)  # and the winner's lock is taken after `since`: the others must see it as new
         ctx = multiprocessing.get_context("fork")
         if kind == "threads":
             start, results = threading.Barrier(8), queue.Queue()
