@@ -166,7 +166,7 @@ def execute(
     setup = prepare(params)
     changed = False
     if params["restart"]:
-        run = RunState(started_at=clock())
+        run = RunState(started_at=clock(), started_mono=monotonic())
         try:
             restart(unit, params["restart_timeout_s"])
         except HostError as exc:
@@ -179,6 +179,7 @@ def execute(
                 invocation_id=now.props.get("InvocationID", ""),
                 baseline_nrestarts=int(now.props.get("NRestarts") or 0),
                 started_at=run.started_at or now.read_at,
+                started_mono=run.started_mono or now.mono_at,
             )
     except HostError as exc:
         raise SmokeError(str(exc)) from exc

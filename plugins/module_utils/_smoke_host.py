@@ -141,6 +141,7 @@ class Snapshot:
 
     read_at: float
     invocation_id: str = ""
+    mono_at: float = 0.0  # the host's monotonic clock at read_at (0: not known); the judge's durations
     props: dict[str, str] = field(default_factory=dict)  # systemctl show (SHOW_PROPS)
     journal: list[str] = field(default_factory=list)
     markers: list[Marker] = field(default_factory=list)
@@ -163,6 +164,7 @@ class Snapshot:
         return cls(
             read_at=float(data["read_at"]),
             invocation_id=data.get("invocation_id", ""),
+            mono_at=float(data.get("mono_at", 0.0)),
             props=dict(data.get("props", {})),
             journal=list(data.get("journal", [])),
             markers=[Marker(**item) for item in data.get("markers", [])],
@@ -393,7 +395,7 @@ def read_host(
     The journal is read before the unit state, so a unit found dead has its traceback in a journal
     read right after (the module re-reads it then).
     """
-    snap = Snapshot(read_at=time.time(), invocation_id=query.invocation_id)
+    snap = Snapshot(read_at=time.time(), invocation_id=query.invocation_id, mono_at=time.monotonic())
     state = JournalState.from_dict(journal)
     if "unit" in parts and not snap.invocation_id:
         snap.props = _systemctl_show(query.unit)

@@ -133,13 +133,16 @@ def judge(snapshot: Snapshot, wanted: Wanted) -> Verdict:
     health answer for stall_timeout_s (when set).
     """
     run = wanted.run
-    elapsed = snapshot.read_at - run.started_at
+    # Durations on the host's monotonic clock when the run knows it (a wall-clock step neither
+    # stretches nor cuts a timeout), else on the wall clock (an older run state).
+    now = snapshot.mono_at if run.started_mono and snapshot.mono_at else snapshot.read_at
+    elapsed = now - (run.started_mono if run.started_mono and snapshot.mono_at else run.started_at)
     moved = snapshot.new_lines > 0 or snapshot.health != run.health or not run.progress_at
     run = replace(
         run,
         journal=snapshot.journal_state or run.journal,
         health=snapshot.health,
-        progress_at=snapshot.read_at if moved else run.progress_at,
+        progress_at=now if moved else run.progress_at,
     )
     report, waiting, problem = _check_schedulers(snapshot, wanted)
     count = len(snapshot.schedulers)
@@ -190,9 +193,9 @@ def judge(snapshot: Snapshot, wanted: Wanted) -> Verdict:
     expected = wanted.expected_schedulers
     count_ok = count >= 1 if expected <= 0 else count == expected
     if snapshot.health == "200" and count_ok and not waiting:
-        since = run.healthy_since if run.healthy_since is not None else snapshot.read_at
+        since = run.healthy_since if run.healthy_since is not None else now
         held = replace(run, healthy_since=since)
-        if snapshot.read_at - since >= wanted.settle_s:
+        if now - since >= wanted.settle_s:
             msg = f"healthy after {elapsed:.1f} s (held {wanted.settle_s:g} s): {progress}"
             return Verdict(state="ok", msg=msg, run=held, **seen)
         return Verdict(state="pending", msg=f"settling: {progress}", run=held, **seen)
@@ -202,7 +205,7 @@ def judge(snapshot: Snapshot, wanted: Wanted) -> Verdict:
     detail = "; ".join(waiting) + ("\n" if waiting else "") + tail
     if elapsed > wanted.timeout_s:
         return failed(f"not healthy within {wanted.timeout_s:.0f} s: {progress}", detail)
-    stalled = snapshot.read_at - run.progress_at
+    stalled = now - run.progress_at
     if wanted.stall_timeout_s > 0 and stalled > wanted.stall_timeout_s:
         why = (
             f"no progress for {stalled:.0f} s (stall_timeout_s={wanted.stall_timeout_s:g}): no new "

@@ -21,6 +21,7 @@ RUN_SUBOPTIONS: dict[str, dict[str, Any]] = {
     "invocation_id": {"type": "str", "default": ""},
     "baseline_nrestarts": {"type": "int", "default": 0},
     "started_at": {"type": "float", "default": 0.0},
+    "started_mono": {"type": "float", "default": 0.0},
     "healthy_since": {"type": "float"},
     "progress_at": {"type": "float", "default": 0.0},
     "health": {"type": "str", "default": ""},
@@ -35,10 +36,13 @@ class RunState:
     invocation_id: the unit's InvocationID of the watched run ("" = not known yet: the first chunk
     of a check without a restart takes the unit's current run).
     baseline_nrestarts: NRestarts right after the restart; more means systemd restarted the unit.
-    started_at: epoch seconds of the restart (or of the first look); timeouts count from here.
-    healthy_since: epoch seconds since which every poll found the run healthy, None when the last
-    poll did not (the settle time may span chunks).
-    progress_at: epoch seconds of the last poll that read a new journal line of the run or a changed
+    started_at: epoch seconds of the restart (or of the first look): the journal is read from here.
+    started_mono: the host's monotonic clock (CLOCK_MONOTONIC, one clock for every process of the
+    host) at that moment; timeouts count from here, so a step of the wall clock neither stretches nor
+    cuts them (0: not known, an older run state: the wall clock is used).
+    healthy_since: the judge's clock (started_mono's, or epoch seconds when that is 0) since which
+    every poll found the run healthy, None when the last poll did not (the settle time may span chunks).
+    progress_at: the judge's clock at the last poll that read a new journal line of the run or a changed
     health answer (the no-progress timeout counts from here); health: that last health answer.
     journal: what the check keeps of the run's journal (module_utils/_journal.JournalState as plain
     data: the cursor to read on from, the markers, the fatal excerpt, the last lines).
@@ -47,6 +51,7 @@ class RunState:
     invocation_id: str = ""
     baseline_nrestarts: int = 0
     started_at: float = 0.0
+    started_mono: float = 0.0
     healthy_since: float | None = None
     progress_at: float = 0.0
     health: str = ""
@@ -61,6 +66,7 @@ class RunState:
             invocation_id=str(value.get("invocation_id") or ""),
             baseline_nrestarts=int(value.get("baseline_nrestarts") or 0),
             started_at=float(value.get("started_at") or 0.0),
+            started_mono=float(value.get("started_mono") or 0.0),
             healthy_since=None if healthy_since is None else float(healthy_since),
             progress_at=float(value.get("progress_at") or 0.0),
             health=str(value.get("health") or ""),

@@ -94,6 +94,8 @@ class Counts:
     refused: str = ""
     # statusdir.freshness_problem at the read ("" when fresh): a stale file is waited for
     stale: str = ""
+    # the publisher's monotonic clock at the write (status schema 2); None from an older patch
+    updated_mono: float | None = None
 
 
 def counts_of(statusdir: Any, doc: dict[str, Any]) -> Counts | None:
@@ -114,6 +116,7 @@ def counts_of(statusdir: Any, doc: dict[str, Any]) -> Counts | None:
         pid=pid,
         mode=str(doc.get("mode", "")),
         updated=updated,
+        updated_mono=float(doc["updated_mono"]) if "updated_mono" in doc else None,
         kernel_calls=int(total.get("kernel_calls", 0)),
         kernel_calls_device=int(device) if isinstance(device, int) and not isinstance(device, bool) else None,
         original_calls={str(k): int(v) for k, v in (total.get("original_calls") or {}).items()},
@@ -161,6 +164,14 @@ def read_counts(
 ReadCounts = Callable[[list[int]], dict[int, Counts]]
 
 
+def _written_after(item: Counts, after: float, after_mono: float | None) -> bool:
+    if item.stale:
+        return False
+    if after_mono is not None and item.updated_mono is not None:
+        return item.updated_mono > after_mono
+    return item.updated > after
+
+
 def wait_written_after(
     read: ReadCounts,
     pids: list[int],
@@ -169,8 +180,11 @@ def wait_written_after(
     poll_s: float,
     monotonic: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    after_mono: float | None = None,
 ) -> dict[int, Counts]:
-    """Every pid's status file once it was written after `after` (its `updated`) and is fresh;
+    """Every pid's status file once it was written after `after` and is fresh: its `updated_mono`
+    after `after_mono` on the host's monotonic clock when both are known (a step of the wall clock
+    between the two neither hides a rewrite nor fakes one), else its wall-clock `updated` after `after`;
     TrafficError naming the late ones when that takes longer than bound_s (on the monotonic clock: a
     step of the host's wall clock neither stretches nor cuts the wait), and at once naming a file the
     status reader refused."""
@@ -182,7 +196,7 @@ def wait_written_after(
             raise TrafficError(
                 "status file refused: " + ", ".join(f"pid {item.pid} ({item.refused})" for item in refused)
             )
-        late = [pid for pid in pids if pid not in found or found[pid].updated <= after or found[pid].stale]
+        late = [pid for pid in pids if pid not in found or not _written_after(found[pid], after, after_mono)]
         if not late:
             return found
         if monotonic() >= deadline:
@@ -500,7 +514,9 @@ def run_traffic(
     poll = max(poll_s, 0.05)
     head = f"traffic: {req.count} requests"
     try:
-        before = wait_written_after(read, pids, clock(), bound, poll, monotonic, sleep)
+        before = wait_written_after(
+            read, pids, clock(), bound, poll, monotonic, sleep, after_mono=monotonic()
+        )
     except TrafficError as exc:
         why = f"{head}: no fresh baseline ({exc}; does the unit set KDTREE_STATUS_DIR?)"
         return TrafficResult(ok=False, line=why, why=why)
@@ -516,13 +532,14 @@ def run_traffic(
     metrics_before = scrape()
     try:
         answers, last = send(req)
+        last_mono = monotonic()  # just after the last answer, on the clock the status files carry
     except TrafficError as exc:
         why = f"{head}: {exc}"
         return TrafficResult(ok=False, line=why, why=why)
     metrics_after = scrape() if metrics_before is not None else None
     figures = decode.figures(answers, metrics_before, metrics_after, "; ".join(unread))
     try:
-        after = wait_written_after(read, pids, last, bound, poll, monotonic, sleep)
+        after = wait_written_after(read, pids, last, bound, poll, monotonic, sleep, after_mono=last_mono)
     except TrafficError as exc:
         why = f"{head} answered, but {exc}"
         return TrafficResult(ok=False, line=why, why=why, answers=answers, decode=figures)

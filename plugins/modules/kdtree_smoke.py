@@ -388,15 +388,25 @@ run:
       type: int
       sample: 0
     started_at:
-      description: Epoch seconds of the restart.
+      description: Epoch seconds of the restart (the journal is read from here).
       type: float
       sample: 1764490000.5
+    started_mono:
+      description: >-
+        The host's monotonic clock at the restart; the timeouts count from here (0 when not known:
+        then from started_at).
+      type: float
+      sample: 81234.25
     healthy_since:
-      description: Epoch seconds since which the run has been healthy, null while it is not.
+      description: >-
+        Since when the run has been healthy, on the clock of the timeouts (started_mono's, or epoch
+        seconds), null while it is not.
       type: float
       sample: null
     progress_at:
-      description: Epoch seconds of the last new journal line of the run or health change.
+      description: >-
+        When the run last logged a new journal line or changed its health answer, on the clock of the
+        timeouts.
       type: float
       sample: 1764490012.25
     health:

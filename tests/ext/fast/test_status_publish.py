@@ -270,10 +270,11 @@ def test_the_publisher_writes_json_and_prom_at_once_and_refreshes_them(status_di
         stop.set()
         reader.join()
     assert not torn
-    assert first["schema"] == 1 and first["state"] == "active" and first["lib_sha256"] == "ab" * 32
+    assert first["schema"] == 2 and first["state"] == "active" and first["lib_sha256"] == "ab" * 32
     assert first["build_id"] == "b1234" and first["since"] <= first["updated"] <= time.time()
     assert first["counters"]["original_calls"] == {"not_verify": 1}
     assert second["updated"] > first["updated"] and second["counters"]["kernel_calls"] == 2
+    assert 0 < first["updated_mono"] < second["updated_mono"] <= time.monotonic()  # schema 2
     assert "validate" not in second  # mode on
     series = parse_prom(prom_file.read_text())
     assert series[("kdtree_verify_calls_total", (("path", "kernel"), ("pid", str(os.getpid()))))] >= 1

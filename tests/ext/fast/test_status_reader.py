@@ -122,6 +122,7 @@ def test_a_file_larger_than_the_cap_is_refused(tmp_path):
         ({"pid": True}, "pid is bool"),
         ({"pid": 8}, "pid 8 in the file named for pid 7"),
         ({"updated": "now"}, "updated is str"),
+        ({"updated_mono": "soon"}, "updated_mono is str"),
         ({"updated": math.nan}, "updated is nan, not a finite number"),
         ({"counters": []}, "counters is list"),
         ({"counters": {"kernel_calls": 1.5}}, "counters.kernel_calls is float"),

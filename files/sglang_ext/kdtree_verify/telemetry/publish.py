@@ -27,7 +27,7 @@ from kdtree_verify.telemetry import counters, marker, metrics, promclient
 
 logger = logging.getLogger(__name__)
 
-SCHEMA = 1
+SCHEMA = 2  # 2: + updated_mono (docs/CONTRACTS.md)
 THREAD_NAME = "kdtree-verify-status"
 EXIT_THREAD_NAME = "kdtree-verify-status-exit"
 # The exit-time write gives up after this long: it may wait on a device read (a hung GPU) or on the
@@ -114,6 +114,9 @@ class Publisher:
             "build_id": build_id(STATE.lib),
             "since": self.since,
             "updated": time.time(),
+            # CLOCK_MONOTONIC, one clock for every process of the host: the smoke check's "written
+            # after" compares it with its own, so a step of the wall clock cannot hide a rewrite
+            "updated_mono": time.monotonic(),
         }
         validate = self._validate_stats()
         if validate is not None:

@@ -157,7 +157,7 @@ def check(doc: Any, pid: int | None = None) -> dict[str, Any]:
         raise Refused(f"pid is {problem or '0'}")
     if pid is not None and own != pid:
         raise Refused(f"pid {own} in the file named for pid {pid} (a copy?)")
-    for key in ("updated", "since"):
+    for key in ("updated", "since", "updated_mono"):
         if key in doc and number_problem(doc[key]):
             raise Refused(f"{key} is {number_problem(doc[key])}")
     for key in TEXT_FIELDS:

@@ -16,6 +16,7 @@ import os
 import re
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -547,6 +548,26 @@ def test_a_status_file_that_is_not_rewritten_fails_within_the_bound(tr, statusdi
     with pytest.raises(tr.TrafficError, match=r"pid 8 \(no status file\)"):
         tr.wait_written_after(
             lambda p: stale, [8], 50.0, 1.0, 1.0, lambda: now[0], lambda s: now.__setitem__(0, now[0] + s)
+        )
+
+
+def test_a_rewrite_counts_by_the_monotonic_clock_whatever_the_wall_clock_did(tr):
+    """The wall clock stepped back an hour between the baseline and the publisher's write: its
+    `updated` is before `after`, its `updated_mono` after `after_mono`: the file is new (status schema
+    2); a file whose monotonic time is before the baseline is not, whatever its wall time says."""
+    new = replace(counts(tr, pid=7), updated=10.0, updated_mono=205.0)
+    found = tr.wait_written_after(lambda p: {7: new}, [7], 3610.0, 5.0, 1.0, after_mono=200.0)
+    assert found[7] is new
+    old = replace(counts(tr, pid=7), updated=99999.0, updated_mono=150.0)
+    mono, sleeps = [0.0], []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        mono[0] += seconds
+
+    with pytest.raises(tr.TrafficError, match="not rewritten within 5 s"):
+        tr.wait_written_after(
+            lambda p: {7: old}, [7], 3610.0, 5.0, 1.0, lambda: mono[0], sleep, after_mono=200.0
         )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from dataclasses import replace
 
 import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_judge as sj
@@ -377,6 +378,20 @@ def test_no_timeout_before_timeout_s(host):
     host.health = "503"
     host.at = 899.0
     assert judge(host).state == "pending"
+
+
+def test_the_load_timeout_counts_on_the_monotonic_clock_when_the_wall_clock_steps(host):
+    """The wall clock steps back an hour after the restart: the 900 s timeout still fires 901 s after
+    it on the host's monotonic clock; a step forward of an hour does not fire it at 10 s."""
+    host.health = "503"
+    mono_run = RunState(invocation_id=INVOCATION, baseline_nrestarts=0, started_at=T0, started_mono=500.0)
+    host.at = -3600.0  # read_at an hour before the restart
+    late = replace(host.snapshot(), mono_at=500.0 + 901.0)
+    verdict = sj.judge(late, wanted(run=mono_run))
+    assert verdict.state == "failed" and "not healthy within 900 s" in verdict.msg
+    host.at = 3600.0  # an hour after it on the wall clock, 10 s on the monotonic one
+    early = replace(host.snapshot(), mono_at=510.0)
+    assert sj.judge(early, wanted(run=mono_run)).state == "pending"
 
 
 def test_judge_does_not_touch_the_host(host, monkeypatch):
