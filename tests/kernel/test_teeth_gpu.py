@@ -201,7 +201,8 @@ def test_both_layouts_serve_the_production_shape(vk, prefix, kv_dtype, block_m):
 
 @pytest.mark.parametrize("block_m", [32, 64])
 def test_the_checks_fail_on_a_kernel_built_with_a_fault(faulty, block_m):
-    """The teeth: a library that drops its last tile, or work unit 1's keys, fails the needle and exact checks."""
+    """The teeth: a library that drops its last tile, or work unit 1's keys, fails the needle and
+    exact checks."""
     fault, bad = faulty
     gpu_case, case, cols, ref, splits = _needle_case(bad, 65536, 8, 4, torch.bfloat16, False, block_m)
     assert splits > 1, "the case must be split for the one-split fault to bite"

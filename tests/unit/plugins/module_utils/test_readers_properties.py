@@ -1,6 +1,6 @@
-"""Property-based (hypothesis): any input to the lock reader, the history reader and checks, and the
-traffic client's answer parser gives a verdict or a clear refusal, never a traceback; the API key
-never comes out of the redaction in any form."""
+"""Property-based (hypothesis): any input to the lock reader, the history reader and checks, the small
+file reader, a restored environment, and the traffic client's answer parser gives a verdict or a clear
+refusal, never a traceback; the API key never comes out of the redaction in any form."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import time
 from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
 from ansible_collections.kdtree.fleet.plugins.module_utils import _http_client as http_client
 from ansible_collections.kdtree.fleet.plugins.module_utils import _lock as lock
+from ansible_collections.kdtree.fleet.plugins.module_utils import _small_file as small_file
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -216,3 +217,32 @@ def test_the_key_never_survives_the_redaction(key, before, after, form):
     assert key not in got.reason and key.lower() not in got.reason.lower()
     squeezed = "".join(got.reason.split())
     assert "".join(key.split()) not in squeezed
+
+
+@SETTINGS
+@given(data=st.binary(max_size=300), cap=st.integers(min_value=0, max_value=300))
+def test_the_small_file_reader_returns_the_whole_file_or_refuses_it_by_size(data, cap):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "f")
+        with open(path, "wb") as handle:
+            handle.write(data)
+        try:
+            got = small_file.read_small(path, max_bytes=cap)
+        except small_file.SmallFileRefused as exc:
+            assert len(data) > cap and f"{len(data)} bytes" in str(exc)
+            return
+        assert got == data and len(data) <= cap
+
+
+env_names = st.sampled_from(
+    ["PYTHONPATH", "KDTREE_VERIFY", "NCCL_P2P_LEVEL", "LD_PRELOAD", "X", "GCONV_PATH"]
+)
+
+
+@SETTINGS
+@given(key=env_names | st.text(max_size=12), extra=st.lists(st.text(max_size=8), max_size=3))
+def test_a_restored_variable_is_allowed_only_by_the_allowlist(key, extra):
+    allowed = history.owned_key(key, extra)
+    assert allowed == (key in history.FIXED_ENV or key.startswith("NCCL_") or key in extra)
+    if key in ("LD_PRELOAD", "GCONV_PATH") and key not in extra:
+        assert not allowed
