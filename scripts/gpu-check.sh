@@ -63,7 +63,7 @@ min_driver_for() { bash "$build_sh" --min-driver-for "$1"; }
 # check_driver <driver version> <nvcc release>: 0 when the driver can run what this nvcc builds.
 check_driver() {
   local driver="$1" release="$2" need have
-  need="$(min_driver_for "$release")"
+  need="$(min_driver_for "$release" 2>&1)" || { echo "gpu-check: $need"; return 1; }  # a toolkit it does not know
   have="${driver%%.*}"
   if [[ -z "$have" || ! "$have" =~ ^[0-9]+$ ]]; then
     echo "gpu-check: cannot read the driver version ('$driver')"

@@ -9,6 +9,7 @@
 #   build.sh --list-arches          the supported arches, one per line
 #   build.sh --list-map             "<cc> <arch>" per supported compute capability, one per line
 #   build.sh --min-driver-for <rel> the oldest driver branch that runs what nvcc <rel> (e.g. 13.0) builds
+#                                   (exit 4 with the known toolkits on stderr for a release not in the map)
 #   build.sh --list-driver-map      "<nvcc release> <driver branch>" per known toolkit, one per line
 #   build.sh --fault-code <name>    the -DKDTREE_FAULT value of a fault build (last-tile 1, one-split 2)
 #   build.sh --find-nvcc [--nvcc P] the nvcc this script would build with (exit 1 if none)
@@ -32,7 +33,8 @@ ARCH_MAP=(
 
 # Minimum driver branch for a CUDA toolkit's static runtime (CUDA release notes, "minor version
 # compatibility" does not cover a static cudart newer than the driver): nvcc release -> driver major.
-# A release not listed needs no particular driver (0), as for toolkits older than build.sh's arches.
+# A release not listed is refused (--min-driver-for exits 4): the driver it needs is unknown, so a library
+# it built could fail every launch on a host; a new toolkit is added here, nowhere else.
 DRIVER_MAP=(
   "13 580"
   "12.9 575"
@@ -69,7 +71,9 @@ min_driver_for() {
   for e in "${DRIVER_MAP[@]}"; do
     if [[ "$rel" == "${e% *}" || "${rel%%.*}" == "${e% *}" ]]; then echo "${e#* }"; return 0; fi
   done
-  echo 0
+  local known=""; for e in "${DRIVER_MAP[@]}"; do known+="${known:+, }${e% *}"; done
+  echo "unknown CUDA toolkit release '$rel' (known: $known)" >&2
+  return 4
 }
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -106,7 +110,7 @@ while [[ $# -gt 0 ]]; do
       exit 3 ;;
     --list-arches) for e in "${ARCH_MAP[@]}"; do echo "${e#* }"; done; exit 0 ;;
     --list-map) printf '%s\n' "${ARCH_MAP[@]}"; exit 0 ;;
-    --min-driver-for) min_driver_for "${2:-}"; exit 0 ;;
+    --min-driver-for) min_driver_for "${2:-}" || exit 4; exit 0 ;;
     --list-driver-map) printf '%s\n' "${DRIVER_MAP[@]}"; exit 0 ;;
     -h|--help) usage ;;
     *) echo "unknown argument: $1" >&2; usage ;;

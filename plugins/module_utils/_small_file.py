@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable
 
 MAX_BYTES = 1 << 20  # 1 MiB: far above any unit, METADATA header block, .pth or status file
 
@@ -65,13 +66,23 @@ def _open_regular(path: str, follow: bool) -> int:
     return fd
 
 
-def read_small(path: str, *, max_bytes: int = MAX_BYTES, follow: bool = False) -> bytes:
+def read_small(
+    path: str,
+    *,
+    max_bytes: int = MAX_BYTES,
+    follow: bool = False,
+    check: Callable[[os.stat_result], None] | None = None,
+) -> bytes:
     """The whole of regular file `path`, at most `max_bytes`; SmallFileRefused for anything else
     (a link unless `follow`, a FIFO, a device, a directory, a larger file), OSError when it cannot be
-    opened or read (FileNotFoundError when it is not there)."""
+    opened or read (FileNotFoundError when it is not there). `check`, when given, judges the open
+    file's fstat (its owner and mode, say) before a byte is read, and raises what it refuses."""
     fd = _open_regular(path, follow)
     try:
-        size = os.fstat(fd).st_size
+        info = os.fstat(fd)
+        if check is not None:
+            check(info)
+        size = info.st_size
         if size > max_bytes:
             raise SmallFileRefused(path, f"{size} bytes, more than the {max_bytes} this reader reads")
         chunks: list[bytes] = []

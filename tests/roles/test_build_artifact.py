@@ -103,6 +103,7 @@ def _deploy_build(fleet, host: str, *extra: str, **role_vars) -> tuple[int, str,
                     "mode": "0644",
                 },
                 "changed_when": False,
+                "check_mode": False,  # the facts of a check-mode run too
             },
         ],
     }
@@ -273,3 +274,107 @@ def test_a_host_waits_for_the_sibling_that_claimed_the_compile_and_installs_its_
     lib = _lib(fleet, "host2", other["id"])
     assert lib.exists() and not (lib.parent / "build.log").exists(), "installed the sibling's build"
     assert "from=artifact built on localhost" in (lib.parent / "BUILD_INFO").read_text()
+
+
+OTHER_UID = 4242  # another local user of the controller / the host
+
+
+def test_a_cache_planted_by_another_user_is_refused_before_anything_changes(first_build, fleet):
+    """A library and a matching artifact.json planted in a cache another user owns (or can write to)
+    are never installed: refused on the controller, naming the path and why, before the host changes."""
+    first = first_build[2]
+    os.chown(fleet["cache"], OTHER_UID, -1)
+    rc, out, _ = _deploy_build(fleet, "host2", kdtree_build_nvcc="/nonexistent/bin/nvcc")
+    assert rc != 0
+    assert (
+        f"kdtree_build: refusing the build cache {fleet['cache']} on the controller: "
+        f"{fleet['cache']} is owned by uid {OTHER_UID}, not root" in out
+    ), out[-3000:]
+    assert not (fleet["base"] / "host2" / "builds").exists()
+    # the cache is ours again, but the artifact's library is another user's
+    os.chown(fleet["cache"], 0, -1)
+    os.chown(fleet["cache"] / first["id"] / "libkdtree_verify.so", OTHER_UID, -1)
+    rc, out, _ = _deploy_build(fleet, "host2", kdtree_build_nvcc="/nonexistent/bin/nvcc")
+    assert rc != 0
+    assert (
+        f"kdtree_build: refusing the artifact {fleet['cache']}/{first['id']} of the build cache:"
+        f" {fleet['cache']}/{first['id']}/libkdtree_verify.so is owned by uid {OTHER_UID}" in out
+    ), out[-3000:]
+    assert not (fleet["base"] / "host2" / "builds").exists()
+
+
+def test_a_library_on_the_host_that_is_not_root_s_is_not_taken_as_present(first_build, fleet):
+    first = first_build[2]
+    rc, out, _ = _deploy_build(fleet, "host2")
+    assert rc == 0, out[-3000:]
+    lib = _lib(fleet, "host2", first["id"])
+    os.chown(lib, OTHER_UID, -1)
+    rc, out, _ = _deploy_build(fleet, "host2")
+    assert rc != 0
+    assert (
+        f"kdtree_build: refusing build {first['id']} already on localhost: "
+        f"{lib} is owned by uid {OTHER_UID}, not root" in out
+    ), out[-3000:]
+    os.chown(lib, 0, -1)
+    lib.chmod(0o666)
+    rc, out, _ = _deploy_build(fleet, "host2")
+    assert rc != 0 and f"{lib} is group- or world-writable (mode 666)" in out, out[-3000:]
+
+
+def test_an_unknown_toolkit_is_refused(fleet):
+    nvcc = fleet["bin"] / "nvcc-12.4"
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.4, V12.4.131'\n")
+    nvcc.chmod(0o755)
+    rc, out, _ = _deploy_build(fleet, "host1", kdtree_build_nvcc=str(nvcc))
+    assert rc != 0
+    assert "is made with a toolkit files/csrc/build.sh does not know (CUDA 12.4)" in out, out[-3000:]
+    assert "unknown CUDA toolkit release '12.4'" in out
+    assert not (fleet["base"] / "host1" / "builds").exists()
+
+
+def test_the_controller_s_lock_is_never_opened_through_a_symlink(fleet):
+    shutil.rmtree(fleet["cache"])
+    fleet["cache"].mkdir(mode=0o755)
+    controller = {
+        "kdtree_build_builder": "controller",
+        "kdtree_build_controller_nvcc": str(fleet["bin"] / "nvcc-13.0"),
+        "kdtree_build_nvcc": "/nonexistent/bin/nvcc",
+    }
+    rc, out, probe = _deploy_build(fleet, "host0", **controller)  # names the build (and its lock)
+    assert rc == 0 and probe["path"] == "compile_controller", out[-3000:]
+    shutil.rmtree(fleet["cache"] / probe["id"])
+    lock = fleet["cache"] / f".lock-{probe['id']}"
+    assert lock.is_file() and not lock.is_symlink()
+    lock.unlink()
+    victim = fleet["tmp"] / "root-only"
+    victim.write_text("precious\n")
+    lock.symlink_to(victim)
+    rc, out, _ = _deploy_build(fleet, "host1", **controller)
+    assert rc != 0
+    assert f"the lock {lock} is a symlink (never followed)" in out, out[-3000:]
+    assert victim.read_text() == "precious\n"
+    assert not (fleet["base"] / "host1" / "builds").exists()
+
+
+def test_a_claim_left_by_a_killed_run_is_broken_at_once(fleet, tmp_path):
+    # the 12.9 build is not in the cache: host2 compiles it, after the claim of a run that is gone
+    killed = subprocess.Popen(["sleep", "60"])
+    start = Path(f"/proc/{killed.pid}/stat").read_text().rpartition(")")[2].split()[19]
+    killed.kill()
+    killed.wait()
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    run = {"host": os.uname().nodename, "boot": boot, "pid": killed.pid, "start": start}
+    rc, out, probe = _deploy_build(
+        fleet, "probe", "--check", kdtree_build_nvcc=str(fleet["bin"] / "nvcc-12.9")
+    )
+    assert rc == 0, out[-3000:]
+    claim = fleet["cache"] / f".claim-{probe['id']}"
+    claim.mkdir()
+    (claim / "host").write_text("killed\n")
+    (claim / "run").write_text(json.dumps(run))
+    began = time.monotonic()
+    rc, out, got = _deploy_build(fleet, "host2", kdtree_build_nvcc=str(fleet["bin"] / "nvcc-12.9"))
+    assert rc == 0 and got == {"id": probe["id"], "path": "compile_host"}, out[-3000:]
+    assert time.monotonic() - began < 120, "broken at once, not after 20 minutes"
+    assert (_lib(fleet, "host2", probe["id"]).parent / "build.log").exists(), "compiled here"
+    assert (fleet["cache"] / probe["id"] / "artifact.json").exists() and not claim.exists()
