@@ -60,6 +60,39 @@ def balance(part: Partition, num_splits: int, num_sms: int = DEFAULT_SMS) -> Bal
     )
 
 
+def request_tiles(prefix: int, n: int, block_n: int) -> int:
+    """A request's key tiles (its prefix and its n draft keys), as the kernel's request_tiles counts them."""
+    return 0 if n <= 0 or prefix < 0 else -(-(prefix + n) // block_n)
+
+
+def abi4_balance(
+    part: Partition, prefixes: list[int], n: int, num_splits: int, num_sms: int = DEFAULT_SMS
+) -> Balance:
+    """The balance the same call had under ABI 4's per-request splits (the figure before the batch-wide
+    plan): CTA (m-block, split s, request r) took tiles [s * per, (s + 1) * per) of request r alone, with
+    per = max(ceil(tiles_r / num_splits), min_unit_tiles), launched m-block fastest, then the split, then
+    the request; the share is the same as balance()'s, so the two figures compare."""
+    costs: list[int] = []
+    units: list[int] = []
+    for prefix in prefixes:
+        tiles = request_tiles(prefix, n, part.block_n)
+        per = max(-(-tiles // max(num_splits, 1)), part.min_unit_tiles if num_splits > 1 else 0, 1)
+        for split in range(max(num_splits, 1)):
+            cost = max(0, min(tiles, (split + 1) * per) - split * per)
+            units.append(cost)
+            costs.extend([cost] * part.m_blocks)
+    now = balance(part, num_splits, num_sms)
+    return Balance(
+        num_splits=num_splits,
+        units=len(units),
+        total_tiles=now.total_tiles,
+        makespan_tiles=makespan(costs, num_sms),
+        share_tiles=now.share_tiles,
+        longest_unit_tiles=max(units, default=0),
+        most_segments=1 if units else 0,
+    )
+
+
 def plan_balance(
     vk: VerifyKernel,
     prefixes: list[int],
@@ -70,6 +103,19 @@ def plan_balance(
     block_m: int = 0,
 ) -> Balance:
     """The balance of the call the binding would make for this batch (its split count, its plan)."""
+    return plan_balances(vk, prefixes, n, heads, kv_dtype, num_sms, block_m)[1]
+
+
+def plan_balances(
+    vk: VerifyKernel,
+    prefixes: list[int],
+    n: int,
+    heads: int,
+    kv_dtype: str = "bfloat16",
+    num_sms: int = DEFAULT_SMS,
+    block_m: int = 0,
+) -> tuple[Balance, Balance]:
+    """(ABI 4's per-request splits, today's plan) of the call the binding would make for this batch."""
     splits = int(
         vk.lib.kdtree_verify_num_splits(num_sms, len(prefixes), heads, n, sum(prefixes), dtype_code(kv_dtype))
     )
@@ -82,7 +128,7 @@ def plan_balance(
         kv_dtype=kv_dtype,
         block_m=block_m,
     )
-    return balance(part, splits, num_sms)
+    return abi4_balance(part, prefixes, n, splits, num_sms), balance(part, splits, num_sms)
 
 
 def unit_edges(part: Partition, request_first_tile: int, request_tiles: int) -> list[int]:

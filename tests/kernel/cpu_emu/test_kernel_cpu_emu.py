@@ -143,6 +143,26 @@ def test_the_partition_balances_the_benchmarks_mixed_batches(emu):
         assert b.num_splits > 1 and b.ratio <= 1.15, (heads, n, len(prefixes), b)
 
 
+def test_abi4_model_gives_the_per_request_figures_and_never_beats_the_plan(emu):
+    """The 'before' figure the benchmark prints beside the plan's (abi4_balance: ABI 4's per-request
+    splits on the same call) reproduces ABI 4's imbalance on the mixed batches (7.45, 4.32, 18.11) and is
+    never better than today's plan on any benchmark batch, uniform ones included."""
+    import kernel_bench as kb
+    import kernel_plan
+
+    args = kb.argparse.Namespace(
+        quick=True, peak_gbps=None, peak_tflops=None, kv_dtype="bf16", lib="", block_m=0
+    )
+    mixed = [
+        round(kernel_plan.plan_balances(emu.vk, list(prefixes), n, heads)[0].ratio, 2)
+        for heads, n, prefixes in kb.MIXED_SHAPES
+    ]
+    assert mixed == [7.45, 4.32, 18.11], mixed
+    for heads, batch, n, prefix in kb.select_shapes(args):
+        before, now = kernel_plan.plan_balances(emu.vk, [prefix] * batch, n, heads)
+        assert now.ratio <= before.ratio + 1e-9, (heads, batch, n, prefix, before, now)
+
+
 def test_the_benchmarks_cpu_path_prints_the_balance_of_every_batch(emu, capsys):
     """kernel_bench.py --plan --lib <the emulated library>: one balance figure per uniform and mixed batch."""
     import kernel_bench as kb
@@ -156,6 +176,7 @@ def test_the_benchmarks_cpu_path_prints_the_balance_of_every_batch(emu, capsys):
     assert len(lines) == len(shapes) + len(kb.select_mixed(args)), lines
     mixed = [float(re.search(r" balance=([0-9.]+)", line).group(1)) for line in lines if "prefixes=" in line]
     assert mixed and max(mixed) <= 1.15, lines
+    assert all(" abi4_balance=" in line for line in lines), lines
 
 
 # (what it breaks, the source text, its broken form)
