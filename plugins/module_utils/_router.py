@@ -2,26 +2,42 @@
 drain, and the wait for a host's in-flight requests (SGLang's own GET /v1/loads). No Ansible imports.
 
 Every request goes through the project's bounded client (_http_client: one deadline per request, no
-redirects, bounded answers, the API key redacted from every text). The router's worker changes are
-queued jobs (202 Accepted): remove/add only ask, wait_for() polls GET /workers until the change shows,
-within its own bound. Odd answers (not JSON, no worker list, a worker without url) are a RouterError
+redirects, answers of at most MAX_ANSWER bytes). The router's worker changes are queued jobs (202
+Accepted): remove/add only ask, wait_for() polls GET /workers until the change shows, within its own
+bound. Odd answers (not JSON, nested too deep, no worker list, a worker without url) are a RouterError
 naming what was odd, never an empty fleet.
+
+Worker URLs are compared in one form, canonical(): scheme and host lower case, the port as a number
+(80/443 when absent), IPv6 addresses compressed, no trailing slash. A worker the router does not list
+in that form is a refusal naming both spellings (the inventory's and the router's), never "drained": a
+host name and an IP address are never taken as the same host (no DNS lookup). Every text that leaves
+(an error, a message) goes through redact(): the API key in any form, an Authorization or Bearer value
+and the user:password@ of a URL become ***; what the router or a host echoes goes through scrub() too,
+which hides any 4 characters of the key in a row as well.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
-import logging
 import math
+import re
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import _http_client as http_client
 
-LOG = logging.getLogger(__name__)
 POLL_S = 0.2
+DEFAULT_PORTS = {"http": 80, "https": 443}
+MAX_ANSWER = 1 << 20  # 1 MiB: a router listing thousands of workers stays far below it
+ANSWER_LIMITS = http_client.Limits(max_body=MAX_ANSWER)
+FRAGMENT = 4  # any run of this many characters of the key is hidden in every text that leaves
+LISTED_SHOWN = 20  # at most this many of the router's workers are named in a refusal
+_USERINFO = re.compile(r"(?<=//)[^/?#@\s]*@")
+_BEARER = re.compile(r"(?i)\bbearer\s+[^\s\"',;}]+")
+_AUTH = re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)(?:[a-z]+\s+)?[^\s\"',;}]+")
 
 
 class RouterError(Exception):
@@ -36,27 +52,158 @@ class InFlightTimeout(RouterError):
     """Requests were still in flight when the wait's bound ran out."""
 
 
+class NotListed(RouterError):
+    """The router does not list the worker (in canonical form): never taken as drained."""
+
+
+# ---------------------------------------------------------------------------------------------
+# what leaves: redacted
+
+
+def _hide_fragments(text: str, secret: str, size: int = FRAGMENT) -> str:
+    """`text` with every run of `size` or more characters of `secret` (ignoring case) as ***."""
+    grams = {secret[i : i + size].lower() for i in range(len(secret) - size + 1)}
+    if not grams:
+        return text
+    low = text.lower()
+    hidden = [False] * len(text)
+    for i in range(len(text) - size + 1):
+        if low[i : i + size] in grams:
+            hidden[i : i + size] = [True] * size
+    out: list[str] = []
+    for i, char in enumerate(text):
+        if not hidden[i]:
+            out.append(char)
+        elif i == 0 or not hidden[i - 1]:
+            out.append(http_client.REDACTED)
+    return "".join(out)
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """`text` with each secret in every form _http_client knows, Authorization/Bearer values and the
+    user:password@ of URLs replaced by *** (the last pass over every text that leaves)."""
+    secrets = [s for s in secrets if s]
+    text = http_client.redact(text, secrets)
+    text = _USERINFO.sub(http_client.REDACTED + "@", text)
+    text = _BEARER.sub("Bearer " + http_client.REDACTED, text)
+    return _AUTH.sub(lambda m: m.group(1) + http_client.REDACTED, text)
+
+
+def scrub(text: str, secrets: Iterable[str] = ()) -> str:
+    """redact(), and any FRAGMENT characters of a secret in a row hidden too: for what a router or a
+    host echoes (a prefix of a wrong key, say). Not for the collection's own words: a key may contain
+    some."""
+    secrets = [s for s in secrets if s]
+    text = redact(text, secrets)
+    for secret in secrets:
+        text = _hide_fragments(text, secret)
+    return text
+
+
+def redact_tree(value: object, secrets: Iterable[str] = ()) -> object:
+    """redact() over every string (keys too) of a result made of dicts, lists and scalars."""
+    secrets = [s for s in secrets if s]
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, dict):
+        return {redact_tree(k, secrets): redact_tree(v, secrets) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_tree(v, secrets) for v in value]
+    return value
+
+
+def shown(url: object, size: int = 200) -> str:
+    """A URL (or anything) as a refusal may show it: one line, user:password@ as ***@, cut to `size`."""
+    text = " ".join(str(url).split())
+    text = _USERINFO.sub(http_client.REDACTED + "@", text)
+    return repr(text if len(text) <= size else text[: size - 3] + "...")
+
+
+def _short_json(value: object, size: int = 200) -> str:
+    try:
+        text = json.dumps(value)
+    except (ValueError, TypeError, RecursionError):
+        text = "(not representable)"
+    return text if len(text) <= size else text[: size - 3] + "..."
+
+
+# ---------------------------------------------------------------------------------------------
+# URLs in one form
+
+
+def _host(host: str) -> str:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host.lower()
+    return f"[{address.compressed}]" if address.version == 6 else address.compressed
+
+
+def canonical(url: object, what: str = "worker URL") -> str:
+    """`url` in the one form URLs are compared in: scheme://host:port[/path], scheme and host lower
+    case, the port a number (80/443 by default), IPv6 compressed, no trailing slash. RouterError for
+    anything else (not http(s), no host, a bad port or IPv6 literal, credentials, a query)."""
+    if not isinstance(url, str) or not url.strip():
+        raise RouterError(f"the {what} is empty or not text: {shown(url)}")
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        host = parts.hostname
+        port = parts.port
+    except ValueError as exc:
+        raise RouterError(f"the {what} {shown(url)} is not a valid URL ({exc})") from None
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS or not host:
+        raise RouterError(f"the {what} {shown(url)} is not an http(s) URL with a host")
+    if "@" in parts.netloc:
+        raise RouterError(f"the {what} {shown(url)} carries credentials (user:password@): refused")
+    if parts.query or parts.fragment:
+        raise RouterError(f"the {what} {shown(url)} has a query or a fragment: refused")
+    port = DEFAULT_PORTS[scheme] if port is None else port
+    return f"{scheme}://{_host(host)}:{port}{parts.path.rstrip('/')}"
+
+
+def origin(url: object, what: str = "worker URL") -> str:
+    """canonical() of `url` without its path: scheme://host:port."""
+    full = canonical(url, what)
+    scheme, rest = full.split("://", 1)
+    return f"{scheme}://{rest.split('/', 1)[0]}"
+
+
+def normalize(url: str) -> str:
+    """canonical() of a worker URL (the name the callers of before use)."""
+    return canonical(url)
+
+
+def _port(url: str) -> str:
+    return url.rsplit(":", 1)[-1].split("/", 1)[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# the router
+
+
 @dataclass(frozen=True)
 class Worker:
-    """One worker as GET /workers lists it."""
+    """One worker as GET /workers lists it: `url` canonical, `listed` as the router spells it."""
 
     id: str
     url: str
     healthy: bool
     load: int
+    listed: str = ""
 
     def as_dict(self) -> dict:
-        return {"id": self.id, "url": self.url, "healthy": self.healthy, "load": self.load}
+        return {"id": self.id, "url": self.listed or self.url, "healthy": self.healthy, "load": self.load}
 
 
-def normalize(url: str) -> str:
-    """A worker URL as the router compares it: scheme and host lower case, no trailing slash."""
-    parts = urllib.parse.urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise RouterError(f"not an http(s) worker URL: {url!r}")
-    return urllib.parse.urlunsplit(
-        (parts.scheme.lower(), parts.netloc.lower(), parts.path.rstrip("/"), "", "")
-    )
+def parse_json(raw: bytes, what: str) -> object:
+    """The JSON of an answer; RouterError (never a traceback) when it is not JSON or nested too deep."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise RouterError(f"{what}: answer nested too deeply to read (refused)") from None
+    except ValueError:  # UnicodeDecodeError included
+        raise RouterError(f"{what}: answer is not JSON") from None
 
 
 class Router:
@@ -71,12 +218,23 @@ class Router:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.url = url.rstrip("/")
         self.api_key = api_key
+        self.url = canonical(url, "router URL")
         self.timeout_s = timeout_s
         self._request = request
         self._clock = clock
         self._sleep = sleep
+
+    def _fail(self, text: str, kind: type[RouterError] = RouterError) -> RouterError:
+        return kind(redact(text, [self.api_key]))
+
+    def _echo(self, text: str) -> str:
+        """What the router sent, as an error may show it (scrub())."""
+        return scrub(text, [self.api_key])
+
+    def show(self, worker: Worker) -> dict:
+        """A worker as a result shows it: what the router sent, scrubbed."""
+        return {k: self._echo(v) if isinstance(v, str) else v for k, v in worker.as_dict().items()}
 
     def _call(self, method: str, path: str, payload: dict | None = None, ok_404: bool = False) -> dict:
         headers = {"Accept": "application/json"}
@@ -94,78 +252,112 @@ class Router:
                 body=body,
                 headers=headers,
                 secrets=[self.api_key],
+                limits=ANSWER_LIMITS,
             )
         except http_client.HttpFailure as exc:
             if ok_404 and exc.status == 404:
                 return {}
-            raise RouterError(f"router {method} {path}: {exc.reason}") from None
+            raise self._fail(f"router {method} {path}: {self._echo(exc.reason)}") from None
+        if len(answer.body or b"") > MAX_ANSWER:
+            raise self._fail(f"router {method} {path}: answer larger than {MAX_ANSWER} bytes (refused)")
         try:
-            data = json.loads(answer.body or b"{}")
-        except ValueError:
-            raise RouterError(
-                f"router {method} {path}: answer is not JSON: {http_client.head(answer.body, [self.api_key])}"
-            ) from None
+            data = parse_json(answer.body or b"{}", f"router {method} {path}")
+        except RouterError as exc:
+            raise self._fail(f"{exc}: {self._echo(http_client.head(answer.body, [self.api_key]))}") from None
         if not isinstance(data, dict):
-            raise RouterError(f"router {method} {path}: answer is not a JSON object")
+            raise self._fail(f"router {method} {path}: answer is not a JSON object")
         return data
+
+    def _worker(self, item: object) -> Worker:
+        if not isinstance(item, dict) or not isinstance(item.get("url"), str) or not item.get("id"):
+            raise self._fail(
+                f"router GET /workers: a worker without url or id: {self._echo(_short_json(item))}"
+            )
+        if not isinstance(item["id"], (str, int)):
+            raise self._fail(f"router GET /workers: a worker with an odd id: {self._echo(_short_json(item))}")
+        healthy = item.get("is_healthy")
+        if not isinstance(healthy, bool):
+            raise self._fail(
+                f"router GET /workers: worker {self._echo(shown(item['url']))} has no is_healthy true/false"
+            )
+        try:
+            url = canonical(item["url"], "worker URL the router lists")
+        except RouterError:
+            raise self._fail(
+                f"router GET /workers lists a worker whose URL is not one: {self._echo(shown(item['url']))}"
+            ) from None
+        load = item.get("load", 0)
+        load = load if isinstance(load, int) and not isinstance(load, bool) else 0
+        return Worker(str(item["id"]), url, healthy, load, item["url"])
 
     def workers(self) -> list[Worker]:
         """GET /workers: every worker the router routes to."""
-        data = self._call("GET", "/workers")
-        listed = data.get("workers")
+        listed = self._call("GET", "/workers").get("workers")
         if not isinstance(listed, list):
-            raise RouterError("router GET /workers: no list of workers in the answer")
-        out = []
-        for item in listed:
-            if not isinstance(item, dict) or not isinstance(item.get("url"), str) or not item.get("id"):
-                raise RouterError(f"router GET /workers: a worker without url or id: {str(item)[:200]}")
-            healthy = item.get("is_healthy")
-            if not isinstance(healthy, bool):
-                raise RouterError(f"router GET /workers: worker {item['url']} has no is_healthy true/false")
-            load = item.get("load", 0)
-            out.append(
-                Worker(
-                    str(item["id"]),
-                    normalize(item["url"]),
-                    healthy,
-                    int(load) if isinstance(load, int) else 0,
-                )
-            )
-        return out
+            raise self._fail("router GET /workers: no list of workers in the answer")
+        return [self._worker(item) for item in listed]
 
-    def find(self, worker_url: str) -> Worker | None:
-        want = normalize(worker_url)
-        return next((w for w in self.workers() if w.url == want), None)
+    def find(self, worker_url: str, workers: list[Worker] | None = None) -> Worker | None:
+        """The worker the router lists as `worker_url` (compared in canonical form); None when none."""
+        return next(iter(self.matching(worker_url, workers)), None)
+
+    def matching(self, worker_url: str, workers: list[Worker] | None = None) -> list[Worker]:
+        want = canonical(worker_url)
+        return [w for w in (self.workers() if workers is None else workers) if w.url == want]
+
+    def listed(self, worker_url: str, workers: list[Worker] | None = None) -> list[Worker]:
+        """Every entry the router lists as `worker_url` (one, unless it was added twice); NotListed,
+        naming both spellings, when it lists none: a worker the router does not list is never drained."""
+        workers = self.workers() if workers is None else workers
+        found = self.matching(worker_url, workers)
+        if not found:
+            raise self._fail(not_listed_text(worker_url, workers, self._echo), NotListed)
+        return found
 
     def remove(self, worker_url: str) -> bool:
-        """Ask the router to remove the worker (DELETE /workers/{id}); False when it is not listed."""
-        worker = self.find(worker_url)
-        if worker is None:
-            return False
-        self._call("DELETE", f"/workers/{urllib.parse.quote(worker.id, safe='')}", ok_404=True)
-        LOG.info("asked router to remove %s", worker.url)
+        """Ask the router to remove the worker (DELETE /workers/{id}, each entry that is it): True;
+        NotListed when it does not list it (never False: not listed is not drained)."""
+        for worker in self.listed(worker_url):
+            self._call("DELETE", f"/workers/{urllib.parse.quote(worker.id, safe='')}", ok_404=True)
         return True
 
     def add(self, worker_url: str) -> None:
         """Ask the router to add the worker (POST /workers); the router checks its health itself."""
-        self._call("POST", "/workers", {"url": normalize(worker_url)})
-        LOG.info("asked router to add %s", normalize(worker_url))
+        self._call("POST", "/workers", {"url": canonical(worker_url)})
 
     def wait_for(self, worker_url: str, present: bool, timeout_s: float) -> Worker | None:
         """Poll GET /workers until the worker is absent (present=False) or listed and healthy
         (present=True), within timeout_s; RouterError naming what was last seen when it runs out."""
+        want = canonical(worker_url)
         deadline = self._clock() + timeout_s
         while True:
-            worker = self.find(worker_url)
-            if (worker is None) if not present else (worker is not None and worker.healthy):
-                return worker
+            found = self.matching(want)
+            worker = found[0] if found else None
+            if (not found) if not present else any(w.healthy for w in found):
+                return next((w for w in found if w.healthy), None)
             if self._clock() >= deadline:
                 seen = "not listed" if worker is None else f"listed, healthy={worker.healthy}"
-                want = "listed and healthy" if present else "removed"
-                raise RouterError(
-                    f"router: {normalize(worker_url)} not {want} within {timeout_s:g} s (last seen: {seen})"
-                )
+                goal = "listed and healthy" if present else "removed"
+                raise self._fail(f"router: {want} not {goal} within {timeout_s:g} s (last seen: {seen})")
             self._sleep(POLL_S)
+
+
+def not_listed_text(worker_url: str, workers: list[Worker], echo: Callable[[str], str] = str) -> str:
+    """The refusal of a worker the router does not list: the inventory's spelling, the form compared,
+    and the router's own spellings (those on the same port first)."""
+    want = canonical(worker_url)
+    same_port = [w.listed or w.url for w in workers if _port(w.url) == _port(want)]
+    others = [w.listed or w.url for w in workers if _port(w.url) != _port(want)]
+    names = same_port + others
+    listing = ", ".join(echo(shown(u)) for u in names[:LISTED_SHOWN]) or "no worker at all"
+    if len(names) > LISTED_SHOWN:
+        listing += f" and {len(names) - LISTED_SHOWN} more"
+    return (
+        f"the router does not list the worker {shown(worker_url)} (compared as {want}); the router lists "
+        f"{listing}. A worker the router does not list is never taken as drained, and a host name and an "
+        "IP address are never taken as the same host: set kdtree_drain_worker_url to the URL the router "
+        "lists for this host (or add the host to the router first). Nothing was removed"
+    )
 
 
 def check_share(workers: list[Worker], draining: list[str], max_share: float, out: list[str] = ()) -> dict:
@@ -199,22 +391,22 @@ def in_flight(server_url: str, timeout_s: float, api_key: str = "", request=http
     """Requests running or waiting on a host's SGLang, from its GET /v1/loads (every dp rank); 0 when
     the connection is refused (no server listens: a crashed or stopped unit). Any other failure or an
     odd answer is a RouterError, never 0."""
+    base = canonical(server_url, "SGLang server URL")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         answer = request(
             "GET",
-            server_url.rstrip("/") + "/v1/loads",
+            base + "/v1/loads",
             timeout_s=timeout_s,
             headers=headers,
             secrets=[api_key],
+            limits=ANSWER_LIMITS,
         )
-        data = json.loads(answer.body)
     except http_client.HttpFailure as exc:
         if "ConnectionRefusedError" in exc.reason:
             return 0  # nothing listens on the port: no process to have a request in flight
-        raise RouterError(f"SGLang GET /v1/loads: {exc.reason}") from None
-    except ValueError:
-        raise RouterError("SGLang GET /v1/loads: answer is not JSON") from None
+        raise RouterError(f"SGLang GET /v1/loads: {scrub(exc.reason, [api_key])}") from None
+    data = parse_json(answer.body, "SGLang GET /v1/loads")
     loads = data.get("loads") if isinstance(data, dict) else None
     if not isinstance(loads, list) or not loads:
         raise RouterError("SGLang GET /v1/loads: no per-rank loads in the answer")
@@ -223,7 +415,7 @@ def in_flight(server_url: str, timeout_s: float, api_key: str = "", request=http
         running = load.get("num_running_reqs") if isinstance(load, dict) else None
         waiting = load.get("num_waiting_reqs", 0) if isinstance(load, dict) else None
         if not isinstance(running, int) or not isinstance(waiting, int) or running < 0 or waiting < 0:
-            raise RouterError(f"SGLang GET /v1/loads: odd load entry {str(load)[:200]}")
+            raise RouterError(f"SGLang GET /v1/loads: odd load entry {scrub(_short_json(load), [api_key])}")
         total += running + waiting
     return total
 
@@ -253,9 +445,10 @@ def wait_idle(
         if idle_since is not None and now - idle_since >= settle_s:
             return {"waited_s": round(now - started, 3), "in_flight": 0}
         if now >= deadline:
+            where = shown(server_url)
             raise InFlightTimeout(
-                f"{left} request(s) still in flight on {server_url} after {timeout_s:g} s of draining"
+                f"{left} request(s) still in flight on {where} after {timeout_s:g} s of draining"
                 if left
-                else f"{server_url} was not idle for {settle_s:g} s on end within {timeout_s:g} s of draining"
+                else f"{where} was not idle for {settle_s:g} s on end within {timeout_s:g} s of draining"
             )
         sleep(POLL_S)

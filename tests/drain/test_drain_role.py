@@ -4,16 +4,22 @@ record and recover, the hooks. Records under tmp_path."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import re
 import subprocess
 import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
+import pytest
 import yaml
 from ansible_collections.kdtree.fleet.plugins.module_utils import _router as router
-from conftest import KEY, ROOT
+from conftest import KEY, ROOT, _free_port
 
 BIN = Path(sys.executable).parent
 
@@ -128,14 +134,15 @@ def test_recover_keeps_an_unhealthy_host_out_and_rejoins_it_once_healthy(fleet, 
     assert rc == 0, text
     # the run is killed here, and the host's SGLang is down; the next run starts with recover (drain off)
     doubles[0].stop()
-    rc, text = _play(tmp_path, "recover", "all", {"kdtree_drain_router_api_key": KEY}, doubles, limit="h0")
+    drain_off = {"kdtree_drain_router_url": rtr.url, "kdtree_drain_router_api_key": KEY}
+    rc, text = _play(tmp_path, "recover", "all", drain_off, doubles, limit="h0")
     assert rc == 0, text
     assert "was taken out of rotation by run" in text and "is NOT healthy: it stays out of rotation" in text
     assert (tmp_path / "h0-drain.json").exists()
     assert doubles[0].url not in _listed(rtr)
 
     doubles[0].start()
-    rc, text = _play(tmp_path, "recover", "all", {"kdtree_drain_router_api_key": KEY}, doubles, limit="h0")
+    rc, text = _play(tmp_path, "recover", "all", drain_off, doubles, limit="h0")
     assert rc == 0, text
     assert "its SGLang is healthy: rejoining it now" in text
     assert _listed(rtr) == sorted(d.url for d in doubles)
@@ -209,3 +216,101 @@ def test_strategy_free_hooks_count_a_host_of_the_batch_already_out(fleet, tmp_pa
     assert rc != 0 and _refused(text) == ["h1", "h2"], text
     assert "refusing to drain 2 of the play's 3 hosts at once (at most 1" in text
     assert log.read_text().splitlines() == ["drain h0"]
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Another router (or backend) a planted record names: records every request it gets."""
+
+    seen: ClassVar[list[str]] = []
+
+    def _any(self) -> None:
+        _Recorder.seen.append(f"{self.command} {self.path} {self.headers.get('Authorization', '')}")
+        self.send_response(202)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    do_GET = do_POST = do_DELETE = _any
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def evil() -> Iterator[str]:
+    _Recorder.seen = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _entries(rtr) -> list[str]:
+    """The router's list as it spells it, every entry (a worker added twice shows twice), read without
+    the client under test."""
+    req = urllib.request.Request(rtr.url + "/workers", headers={"Authorization": f"Bearer {KEY}"})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        return sorted(w["url"] for w in json.load(resp)["workers"])
+
+
+def test_recover_never_acts_on_a_planted_record_naming_another_router_or_worker(
+    fleet, tmp_path: Path, evil: str
+) -> None:
+    rtr, doubles = fleet(hosts=2)
+    rc, text = _play(tmp_path, "drain", "all", _router_vars(rtr), doubles, limit="h0")
+    assert rc == 0, text
+    path = tmp_path / "h0-drain.json"
+    genuine = json.loads(path.read_text())
+    foreign = f"http://127.0.0.1:{_free_port()}"
+    before = _entries(rtr)
+    for planted, says in (
+        ({"router_url": evil, "worker_url": foreign}, "names the router"),
+        ({"worker_url": foreign}, "names the worker"),
+    ):
+        path.write_text(json.dumps({**genuine, **planted}))
+        rc, text = _play(tmp_path, "recover", "all", _router_vars(rtr), doubles, limit="h0")
+        assert _Recorder.seen == [], f"the planted record's router was contacted: {_Recorder.seen}"
+        assert rc != 0 and says in text and "not acted on" in text, text
+        assert _entries(rtr) == before, "the planted record's worker reached the router"
+        assert path.exists() and KEY not in text
+    # a record that is a link to one, or world-writable, is not read at all
+    path.write_text(json.dumps(genuine))
+    link = tmp_path / "h0-link.json"
+    link.symlink_to(path)
+    rc, text = _play(
+        tmp_path, "recover", "all", _router_vars(rtr, kdtree_drain_record_path=str(link)), doubles, limit="h0"
+    )
+    assert rc != 0 and "symbolic link" in text, text
+    path.chmod(0o666)
+    rc, text = _play(tmp_path, "recover", "all", _router_vars(rtr), doubles, limit="h0")
+    assert rc != 0 and "world-writable" in text, text
+    assert _entries(rtr) == before
+    # the genuine record, matching the inventory: the host is rejoined with the inventory's URLs
+    path.chmod(0o600)
+    rc, text = _play(tmp_path, "recover", "all", _router_vars(rtr), doubles, limit="h0")
+    assert rc == 0 and "rejoining it now" in text, text
+    assert _entries(rtr) == sorted(d.url for d in doubles) and not path.exists()
+
+
+def test_a_worker_spelled_otherwise_is_refused_naming_both_or_drained_and_rejoined_once(
+    fleet, tmp_path: Path
+) -> None:
+    rtr, doubles = fleet(hosts=2)
+    everyone = sorted(d.url for d in doubles)
+    by_name = f"http://localhost:{doubles[0].port}"
+    rc, text = _play(
+        tmp_path, "drain", "all", _router_vars(rtr, kdtree_drain_worker_url=by_name), doubles, limit="h0"
+    )
+    assert rc != 0 and "does not list the worker" in text, text
+    assert by_name in text and doubles[0].url in text
+    assert _entries(rtr) == everyone and not (tmp_path / "h0-drain.json").exists()
+    # the same worker written otherwise (upper-case scheme, a leading zero in the port, a trailing slash)
+    odd = f"HTTP://127.0.0.1:0{doubles[0].port}/"
+    odd_vars = _router_vars(rtr, kdtree_drain_worker_url=odd)
+    rc, text = _play(tmp_path, "drain", "all", odd_vars, doubles, limit="h0")
+    assert rc == 0, text
+    assert _entries(rtr) == [doubles[1].url]
+    rc, text = _play(tmp_path, "rejoin", "all", odd_vars, doubles, limit="h0")
+    assert rc == 0, text
+    assert len(_entries(rtr)) == 2 and _listed(rtr) == everyone

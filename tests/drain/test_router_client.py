@@ -41,7 +41,8 @@ def test_workers_remove_add_are_queued_and_waited_for(fleet) -> None:
     assert client.remove(two.url) is True
     assert client.wait_for(two.url, present=False, timeout_s=10) is None
     assert [w.url for w in client.workers()] == [one.url]
-    assert client.remove(two.url) is False  # not listed: nothing to remove
+    with pytest.raises(router.NotListed, match="never taken as drained"):  # not listed: never "drained"
+        client.remove(two.url)
     client.add(two.url)
     worker = client.wait_for(two.url, present=True, timeout_s=20)
     assert worker is not None and worker.healthy
