@@ -60,6 +60,11 @@ PATH_SAFETY = "plugins/module_utils/_path_safety.py"
 UNIT_ENV = "plugins/module_utils/_unit_env.py"
 ROUTER = "plugins/module_utils/_router.py"
 ROUTER_TESTS = "tests/drain/test_router_client.py"
+ROUTER_UNIT_TESTS = "tests/unit/plugins/module_utils/test__router.py"
+DRAIN_RECORD = "plugins/module_utils/_drain_record.py"
+DRAIN_RECORD_TESTS = "tests/unit/plugins/module_utils/test__drain_record.py"
+BUILD_CACHE = "plugins/plugin_utils/_build_cache.py"
+BUILD_CACHE_TESTS = "tests/unit/plugins/plugin_utils/test__build_cache.py"
 # The CUDA kernel's source: its mutants are killed by its CPU-emulator tests, which need the torch venv.
 KERNEL = "files/csrc/verify_attn_flash_paged.cu"
 CPU_EMU_TESTS = "tests/kernel/cpu_emu/test_kernel_cpu_emu.py"
@@ -486,6 +491,60 @@ MUTANTS = (
         "info = os.stat(path)",
         ("tests/unit/plugins/module_utils/test__small_file.py",),
         "the small-file reader follows a link root was not told to follow (kdtree's drop-in, a .pth)",
+    ),
+    Mutant(
+        "build-cache-takes-a-planted-artifact",
+        BUILD_CACHE,
+        "_entry_problem",
+        r"if st\.st_uid not in \(0, uid\):",
+        "if False:",
+        (BUILD_CACHE_TESTS, "-k", "planted"),
+        "an artifact another local user planted in the build cache is installed as root",
+    ),
+    Mutant(
+        "build-lock-follows-a-symlink",
+        BUILD_CACHE,
+        "open_lock",
+        r"os\.O_CREAT \| os\.O_NOFOLLOW \|",
+        "os.O_CREAT |",
+        (BUILD_CACHE_TESTS, "-k", "symlink"),
+        "the compile lock is opened through a planted symlink (truncating a root-only file)",
+    ),
+    Mutant(
+        "build-claim-of-a-killed-run-waited-for",
+        BUILD_CACHE,
+        "claim",
+        r'if state == "gone" or',
+        "if False or",
+        (BUILD_CACHE_TESTS, "-k", "gone"),
+        "a claim left by a killed run makes every host of the next run wait out the bound",
+    ),
+    Mutant(
+        "drain-record-names-another-router",
+        DRAIN_RECORD,
+        "_same",
+        r"if left != right:",
+        "if False:",
+        (DRAIN_RECORD_TESTS, "-k", "anything_else"),
+        "a planted drain record sends the router's API key to its own URL or adds a foreign backend",
+    ),
+    Mutant(
+        "drain-urls-compared-as-written",
+        ROUTER,
+        "canonical",
+        r"return f\"\{scheme\}://\{_host\(host\)\}:\{port\}\{parts\.path\.rstrip\('/'\)\}\"",
+        "return url.strip()",
+        (ROUTER_UNIT_TESTS, "-k", "written_otherwise or default_ports"),
+        "a worker URL spelled otherwise than the router lists it (:08000) is not found (a no-op drain)",
+    ),
+    Mutant(
+        "drain-check-mode-waits",
+        "plugins/modules/kdtree_router.py",
+        "wait_idle",
+        r"if check_mode:",
+        "if False:",
+        (ROUTER_UNIT_TESTS, "-k", "check_mode"),
+        "check mode waits for in-flight requests it never removed (and fails a healthy host)",
     ),
     Mutant(
         "small-file-no-cap",
