@@ -348,7 +348,7 @@ MUTANTS = (
         "root-path-not-root-owned",
         PATH_SAFETY,
         "unsafe_reason",
-        r"if st\.st_uid != 0:",
+        r"if st\.st_uid not in owners:",
         "if False:",
         (PREFLIGHT_TESTS, "-k", "refuses_a_path_another_user_can_write"),
         "a root unit's probe imports from a path owned by another user",

@@ -278,6 +278,7 @@ def test_the_publisher_writes_json_and_prom_at_once_and_refreshes_them(status_di
     assert "validate" not in second  # mode on
     series = parse_prom(prom_file.read_text())
     assert series[("kdtree_verify_calls_total", (("path", "kernel"), ("pid", str(os.getpid()))))] >= 1
+    pub.stop()  # joins the thread: a write in flight may hold a .tmp until its rename
     assert not list(status_dir.glob("*.tmp"))
     assert not status_lines(capsys.readouterr().err)
 
