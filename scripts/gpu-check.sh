@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The kernel's whole GPU picture in one command (make gpu-check), on a machine with Python, torch (CUDA),
 # triton and nvcc but no network and no SGLang: everything else travels with the working tree
-# (scripts/wheelhouse: pytest and its three dependencies, pure-Python wheels; bench/sglang_triton:
+# (scripts/wheelhouse: pytest and its three dependencies, pure-Python wheels; bench/third_party/sglang_triton:
 # SGLang 0.5.23's Triton verify kernel file). docs/gpu-check.md: the command, durations, the summary.
 # This script does the preflight, in this order, each failure said plainly:
 #   driver vs toolkit (nvcc 13 links a static cudart that needs driver >= 580; 12.9: 575, 12.8: 570;

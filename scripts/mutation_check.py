@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 EXT = "files/sglang_ext"
 PKG = f"{EXT}/kdtree_verify"
-SMOKE = "plugins/module_utils/_smoke_judge.py"  # the rules of the smoke check: judge()
+SMOKE = "plugins/module_utils/_smoke/judge.py"  # the rules of the smoke check: judge()
 REPORT = "plugins/module_utils/_report.py"  # the host side (the kdtree_report module's)
 REPORT_TABLE = "plugins/plugin_utils/_report_table.py"  # the controller side: rows and the table
 REPORT_TESTS = "tests/unit/plugins/module_utils/test__report.py"
@@ -273,7 +273,7 @@ MUTANTS = (
     ),
     Mutant(
         "traffic-no-total-deadline",
-        "plugins/module_utils/_smoke_traffic.py",
+        "plugins/module_utils/_smoke/traffic.py",
         "send_requests",
         r"timeout = min\(req\.timeout_s, left\)",
         "timeout = req.timeout_s",
@@ -413,7 +413,7 @@ MUTANTS = (
     ),
     Mutant(
         "smoke-nan-not-a-mismatch",
-        "plugins/module_utils/_smoke_traffic.py",
+        "plugins/module_utils/_smoke/traffic.py",
         "judge_scheduler",
         r"if after\.nonfinite:",
         "if False:",
@@ -575,7 +575,7 @@ MUTANTS = (
     ),
     Mutant(
         "smoke-chunk-on-the-wall-clock",
-        "plugins/module_utils/_smoke_watch.py",
+        "plugins/module_utils/_smoke/watch.py",
         "watch",
         r"deadline = monotonic\(\) \+ chunk_s",
         "deadline = clock() + chunk_s",

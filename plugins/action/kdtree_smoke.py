@@ -4,7 +4,7 @@ Ansible shows a task's result only when it ends; a model load can take 15 minute
 module for `chunk_s` seconds at a time lets this plugin print one progress line per chunk while the
 module itself still polls every `poll_s`, so a crash fails the task within a poll interval.
 
-Between chunks the module's `run` result (module_utils/_smoke_run.RunState) goes back as its internal
+Between chunks the module's `run` result (module_utils/_smoke/run.RunState) goes back as its internal
 `_run` option (RUN_OPTION), so every chunk watches the same run. Internal options are underscored and
 undocumented, as community.general's iptables_state does with `_back` and `_timeout`: only this plugin
 sets them, and a task that sets one is refused before anything runs. `fail_on_error` is applied here:
@@ -19,7 +19,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_run import RUN_OPTION, RunState
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.run import RUN_OPTION, RunState
 
 MODULE = "kdtree.fleet.kdtree_smoke"
 

@@ -1,6 +1,6 @@
 """What a deploy did to decode: the figures of its smoke traffic, each defined here once.
 
-The smoke traffic (module_utils/_smoke_traffic.py) measures them, the deploy history
+The smoke traffic (module_utils/_smoke/traffic.py) measures them, the deploy history
 (module_utils/_history.py, the owner of the entry format) stores them under an entry's `decode`,
 the report (module_utils/_report.py, plugin_utils/_report_table.py) shows them beside the previous
 deploy's. The figures (FIGURES):

@@ -1,7 +1,7 @@
 """The one HTTP client of the kdtree checks (stdlib `http.client` only; no Ansible imports).
 
 Used by the smoke check's traffic (POST /generate) and by the health GET that the smoke check and the
-report make (module_utils/_smoke_host.py). Every failure is an HttpFailure whose `reason` is one line
+report make (module_utils/_smoke/host.py). Every failure is an HttpFailure whose `reason` is one line
 of text, never a traceback that escapes:
 
 - one deadline per request, enforced across slow reads: before each read of the socket the time left

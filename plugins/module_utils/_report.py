@@ -51,13 +51,13 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import (
     _patch_files as patch_files,
 )
 from ansible_collections.kdtree.fleet.plugins.module_utils import (
-    _smoke_host as smoke_host,
-)
-from ansible_collections.kdtree.fleet.plugins.module_utils import (
     _speed as speed,
 )
 from ansible_collections.kdtree.fleet.plugins.module_utils import (
     _unit_env as unit_env,
+)
+from ansible_collections.kdtree.fleet.plugins.module_utils import (
+    _unit_procs as unit_procs,
 )
 from ansible_collections.kdtree.fleet.plugins.module_utils._http_client import HttpFailure, request
 from ansible_collections.kdtree.fleet.plugins.module_utils._small_file import (
@@ -92,7 +92,7 @@ class Query:
     health_url: str = ""
     status_dir: str = ""
     history_path: str = history.DEFAULT_PATH
-    scheduler_prefix: str = smoke_host.SCHEDULER_PREFIX
+    scheduler_prefix: str = unit_procs.SCHEDULER_PREFIX
     nvidia_smi: str = "nvidia-smi"
 
 
@@ -103,10 +103,10 @@ class HostReader:
         return unit_env.systemctl_show(f"{unit}.service", *SHOW_PROPS)
 
     def cgroup_pids(self, control_group: str) -> list[int]:
-        return smoke_host.cgroup_pids(control_group)
+        return unit_procs.cgroup_pids(control_group)
 
     def title(self, pid: int) -> str:
-        return smoke_host.process_title(pid)
+        return unit_procs.process_title(pid)
 
     def cmdline(self, pid: int) -> list[str]:
         try:
@@ -117,16 +117,16 @@ class HostReader:
         return [arg.decode("utf-8", "replace") for arg in raw.split(b"\0") if arg]
 
     def environ(self, pid: int) -> dict[str, str] | None:
-        return smoke_host.process_environ(pid)
+        return unit_procs.process_environ(pid)
 
     def process_start(self, pid: int) -> float | None:
-        return smoke_host.process_start(pid)
+        return unit_procs.process_start(pid)
 
     def health(self, url: str) -> str:
-        return smoke_host.health_status(url)
+        return unit_procs.health_status(url)
 
     def health_owner(self, url: str, unit: str, pids: list[int]) -> str:
-        return smoke_host.health_owner(url, unit, pids)
+        return unit_procs.health_owner(url, unit, pids)
 
     def metrics(self, url: str) -> str:
         """The server's Prometheus text at `url`, through the one bounded HTTP client (raises ValueError

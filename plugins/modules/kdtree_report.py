@@ -235,7 +235,7 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import (
     _report as report,
 )
 from ansible_collections.kdtree.fleet.plugins.module_utils import (
-    _smoke_host as smoke_host,
+    _unit_procs as unit_procs,
 )
 
 ARGUMENT_SPEC = {
@@ -244,7 +244,7 @@ ARGUMENT_SPEC = {
     "health_url": {"type": "str", "default": ""},
     "status_dir": {"type": "path", "default": ""},
     "history_path": {"type": "path", "default": history.DEFAULT_PATH},
-    "scheduler_prefix": {"type": "str", "default": smoke_host.SCHEDULER_PREFIX},
+    "scheduler_prefix": {"type": "str", "default": unit_procs.SCHEDULER_PREFIX},
     "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
 }
 

@@ -3,9 +3,9 @@
 
 The kdtree_smoke action plugin calls this module in chunks of a few seconds and prints progress
 between chunks. This file is the module's documentation, its argument spec and main(); the check
-itself lives in module_utils: _smoke_check.execute() (one call), _smoke_watch (the poll loop),
-_smoke_judge (the rules, pure), _smoke_host (reads the host), _smoke_traffic (the traffic proof),
-_smoke_result (the result) and _smoke_run (the run handed between chunks).
+itself lives in the private package module_utils/_smoke/: check.execute() (one call), watch (the poll
+loop), judge (the rules, pure), host (reads the host), traffic (the traffic proof), result (the
+result) and run (the run handed between chunks).
 """
 
 from __future__ import annotations
@@ -459,9 +459,9 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kdtree.fleet.plugins.module_utils._journal import DEFAULT_BENIGN_TRACEBACKS
-from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_check import SmokeError, execute
-from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_host import SCHEDULER_PREFIX
-from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_run import RUN_OPTION, RUN_SUBOPTIONS
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.check import SmokeError, execute
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.run import RUN_OPTION, RUN_SUBOPTIONS
+from ansible_collections.kdtree.fleet.plugins.module_utils._unit_procs import SCHEDULER_PREFIX
 
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "unit": {"type": "str", "required": True},

@@ -1,9 +1,9 @@
 """Read a local test host's state with `podman exec` (shared by the summary and the benchmarks).
 
-The reading is the smoke check's own read_host() (plugins/module_utils/_smoke_host.py, imported
-through the collection path of this clone): it and the two module_utils it imports (journal.py,
-unit_socket.py) are stdlib only, so their source goes to the host's python3 as one program
-(host_source(): the three files without their imports of each other), followed by a few lines that
+The reading is the smoke check's own read_host() (plugins/module_utils/_smoke/host.py, imported
+through the collection path of this clone): it and the module_utils it imports (HOST_SOURCES) are
+stdlib only, so their source goes to the host's python3 as one program (host_source(): the files
+without their imports of each other), followed by a few lines that
 call it and print the snapshot as JSON. The markers are parsed with the host's installed marker.py,
 as the smoke check parses them.
 """
@@ -33,14 +33,20 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import (  # noqa: E40
     _patch_files as patch_files,
 )
 from ansible_collections.kdtree.fleet.plugins.module_utils import (  # noqa: E402
-    _smoke_host as smoke_host,
+    _small_file as small_file,
+)
+from ansible_collections.kdtree.fleet.plugins.module_utils import (  # noqa: E402
+    _unit_procs as unit_procs,
 )
 from ansible_collections.kdtree.fleet.plugins.module_utils import (  # noqa: E402
     _unit_socket as unit_socket,
 )
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke import (  # noqa: E402
+    host as smoke_host,
+)
 
 # read_host()'s module and what it imports, in the order one program defines them.
-HOST_SOURCES = (http_client, journal, unit_socket, patch_files, smoke_host)
+HOST_SOURCES = (http_client, journal, unit_socket, patch_files, small_file, unit_procs, smoke_host)
 
 
 @functools.cache

@@ -85,8 +85,8 @@ def smoke_module():
 
 @pytest.fixture(scope="module")
 def hu():
-    """module_utils/_smoke_host (Snapshot, parse_journal, load_marker, read_host)."""
-    return importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils._smoke_host")
+    """module_utils/_smoke/host (Snapshot, parse_journal, load_marker, read_host)."""
+    return importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils._smoke.host")
 
 
 @pytest.fixture(scope="module")

@@ -77,7 +77,7 @@ FACTS = {
     "health URL": (r"/health\b", "roles/kdtree_service/tasks/facts.yml"),
     "smoke-check timeout": (r"\b900\b", "roles/kdtree_smoke/defaults/main.yml"),
     "server port": (r"\b30000\b", "roles/kdtree_service/defaults/main.yml"),
-    "scheduler process title": (r"sglang::scheduler", "plugins/module_utils/_smoke_host.py"),
+    "scheduler process title": (r"sglang::scheduler", "plugins/module_utils/_unit_procs.py"),
     "patch install root": (r"/opt/kdtree/patches", "roles/kdtree_patch/defaults/main.yml"),
     "deploy history file": (r"/var/lib/kdtree/state\.json", "plugins/module_utils/_history.py"),
     # SGLang's series the decode figures read (module_utils/_decode.py defines the figures)

@@ -15,7 +15,10 @@ import pytest
 from conftest import ROOT
 
 PLUGINS = ROOT / "plugins"
-HOST_SIDE = sorted([*(PLUGINS / "module_utils").glob("*.py"), *(PLUGINS / "modules").glob("*.py")])
+HOST_SIDE = sorted([*(PLUGINS / "module_utils").rglob("*.py"), *(PLUGINS / "modules").glob("*.py")])
+SMOKE_WING = re.compile(r"(\bmodule_utils\.|^\.+)_smoke(\.|$)")
+# the smoke check's wing (module_utils/_smoke/) serves the kdtree_smoke module and its action only
+SMOKE_USERS = {PLUGINS / "modules" / "kdtree_smoke.py", PLUGINS / "action" / "kdtree_smoke.py"}
 CONTROLLER = re.compile(r"(\bplugins\.|^\.+)(plugin_utils|filter|action)(\.|$)")
 
 
@@ -64,3 +67,36 @@ def test_the_controller_code_lives_in_plugin_utils():
     assert (PLUGINS / "plugin_utils" / "_report_table.py").is_file()
     assert (PLUGINS / "plugin_utils" / "_promote.py").is_file()
     assert not (PLUGINS / "module_utils" / "_promote.py").exists()
+
+
+def smoke_wing_imports(path: Path) -> list[str]:
+    """The imported modules that are the smoke check's wing (module_utils._smoke...)."""
+    return [name for name in imported_modules(path) if SMOKE_WING.search(name)]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        p
+        for p in sorted(PLUGINS.rglob("*.py"))
+        if "_smoke" not in p.relative_to(PLUGINS).parts and p not in SMOKE_USERS
+    ],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_nothing_outside_the_smoke_wing_imports_it_but_the_smoke_module_and_action(path):
+    assert smoke_wing_imports(path) == []
+
+
+def test_the_check_sees_a_smoke_wing_import(tmp_path):
+    bad = tmp_path / "x.py"
+    bad.write_text(
+        "from ansible_collections.kdtree.fleet.plugins.module_utils._smoke import host as smoke_host\n"
+        "from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.check import execute\n"
+        "from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_like\n"
+    )
+    assert smoke_wing_imports(bad) == [
+        "ansible_collections.kdtree.fleet.plugins.module_utils._smoke",
+        "ansible_collections.kdtree.fleet.plugins.module_utils._smoke.host",
+        "ansible_collections.kdtree.fleet.plugins.module_utils._smoke.check",
+        "ansible_collections.kdtree.fleet.plugins.module_utils._smoke.check.execute",
+    ]

@@ -1,5 +1,5 @@
 """The test hosts' reader (scripts/testhosts/hostread.py, not shipped) on the smoke check's read_host
-(plugins/module_utils/_smoke_host.py): it sends read_host's files to a host's bare python3 and reads a
+(plugins/module_utils/_smoke/host.py): it sends read_host's files to a host's bare python3 and reads a
 fake host through them. read_host's own tests: tests/unit/plugins/module_utils/test__smoke_host.py.
 """
 

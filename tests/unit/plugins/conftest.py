@@ -20,8 +20,8 @@ from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.report_hos
 
 @pytest.fixture(scope="module")
 def hu() -> ModuleType:
-    """module_utils/_smoke_host (Snapshot, parse_journal, load_marker, read_host)."""
-    return importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils._smoke_host")
+    """module_utils/_smoke/host (Snapshot, parse_journal, load_marker, read_host)."""
+    return importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils._smoke.host")
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""A fake host for the smoke check's host reader (module_utils/_smoke_host.read_host, restart_unit):
+"""A fake host for the smoke check's host reader (module_utils/_smoke/host.read_host, restart_unit):
 systemctl and journalctl as small scripts first on PATH, a scheduler as a real child process found
 through this machine's /proc in this process's own cgroup, /health as a local HTTP server. The test
 files wrap install(), scheduler_process() and health_server() in fixtures. Imported by its collection

@@ -1,4 +1,4 @@
-"""A fake host for the smoke check's execute() (module_utils/_smoke_check): read/restart/sleep/clock of
+"""A fake host for the smoke check's execute() (module_utils/_smoke/check): read/restart/sleep/clock of
 a healthy unit with one marked scheduler, and the kdtree_smoke module's parameters. Imported by its
 collection path (see collection_tree.py).
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_check as sc
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke import check as sc
 from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR
 
 INVOCATION = "0123456789abcdef0123456789abcdef"

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils import _http_client as http_client
-from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_host as smoke_host
-from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_traffic as traffic
+from ansible_collections.kdtree.fleet.plugins.module_utils import _unit_procs as unit_procs
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke import traffic as traffic
 
 KEY = "sk-live-4f9a2c7e1b8d6053aa91-secret"
 
@@ -244,14 +244,14 @@ def test_the_total_bound_holds_across_trickling_requests():
 
 def test_health_reads_a_redirect_as_its_code_and_refused_as_refused():
     with RawServer(answer("301 Moved Permanently", b"", ("Location: http://example.invalid/",))) as server:
-        assert smoke_host.health_status(server.url) == "301"
+        assert unit_procs.health_status(server.url) == "301"
     with RawServer(answer()) as server:
-        assert smoke_host.health_status(server.url) == "200"
+        assert unit_procs.health_status(server.url) == "200"
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.close()
-    assert smoke_host.health_status(f"http://127.0.0.1:{port}/health") == "refused"
+    assert unit_procs.health_status(f"http://127.0.0.1:{port}/health") == "refused"
 
 
 def test_a_url_that_is_not_http_is_a_reason():

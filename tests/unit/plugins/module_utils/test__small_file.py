@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils import _history_call as history_call
 from ansible_collections.kdtree.fleet.plugins.module_utils import _preflight as preflight
-from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_host as smoke_host
 from ansible_collections.kdtree.fleet.plugins.module_utils import _venv as venv
 from ansible_collections.kdtree.fleet.plugins.module_utils._small_file import (
     SmallFileRefused,
     read_head,
     read_small,
 )
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke import host as smoke_host
 
 PROMPT_S = 5.0
 

@@ -1,10 +1,10 @@
-"""The smoke check's execute() (module_utils/_smoke_check.py) on a fake host: check mode, a bounded
+"""The smoke check's execute() (module_utils/_smoke/check.py) on a fake host: check mode, a bounded
 restart, the run it watches across chunks, the marker module it needs, what reaches the reader."""
 
 from __future__ import annotations
 
 import pytest
-from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_check as sc
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke import check as sc
 from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.smoke_fakes import (
     INVOCATION,
     T0,

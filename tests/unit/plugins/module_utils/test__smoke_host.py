@@ -1,4 +1,4 @@
-"""read_host(), restart_unit() and load_marker() (plugins/module_utils/_smoke_host.py) on this machine.
+"""read_host(), restart_unit() and load_marker() (plugins/module_utils/_smoke/host.py) on this machine.
 
 systemctl and journalctl are small fake scripts first on PATH; /health is a local HTTP server; the
 scheduler is a real child process (argv[0] = a scheduler title, NCCL values in its environment)
@@ -147,10 +147,10 @@ def test_every_host_command_has_a_timeout():
         assert "timeout" in {kw.arg for kw in call.keywords}, ast.unparse(call)
     for path in (
         "plugins/modules/kdtree_smoke.py",
-        "plugins/module_utils/_smoke_check.py",
-        "plugins/module_utils/_smoke_watch.py",
-        "plugins/module_utils/_smoke_judge.py",
-        "plugins/module_utils/_smoke_result.py",
+        "plugins/module_utils/_smoke/check.py",
+        "plugins/module_utils/_smoke/watch.py",
+        "plugins/module_utils/_smoke/judge.py",
+        "plugins/module_utils/_smoke/result.py",
     ):
         source = (ROOT / path).read_text(encoding="utf-8")
         assert "subprocess" not in source, f"{path}: the check runs host commands only through smoke_host"

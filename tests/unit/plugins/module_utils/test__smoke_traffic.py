@@ -1,4 +1,4 @@
-"""The smoke check's traffic step (plugins/module_utils/_smoke_traffic.py and the module's use of it).
+"""The smoke check's traffic step (plugins/module_utils/_smoke/traffic.py and the module's use of it).
 
 judge_scheduler() is pure and gets every case of issue 11; send_requests() talks to a local
 http.server (2xx, 500, a timeout, the API key header); run_traffic() and the module's execute() read a
@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_check as sc
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke import check as sc
 from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR
 from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.smoke_fakes import Host, params
 
@@ -29,7 +29,7 @@ SECRET = "sk-test-8c1f0e2d-do-not-print"
 
 @pytest.fixture(scope="module")
 def tr():
-    return importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils._smoke_traffic")
+    return importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils._smoke.traffic")
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,9 @@ import json
 from dataclasses import replace
 
 import pytest
-from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_judge as sj
-from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_watch as sw
-from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_run import RunState
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke import judge as sj
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke import watch as sw
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.run import RunState
 
 journal = importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils._journal")
 

@@ -4,8 +4,8 @@ never as a marker; marker.py's match_status_problem() is how a parser can recogn
 
 from __future__ import annotations
 
-from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_judge as sj
-from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_run import RunState
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke import judge as sj
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.run import RunState
 
 INVOCATION = "00112233445566778899aabbccddeeff"
 T0 = 1_764_510_000.0

@@ -10,8 +10,8 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_judge as sj
-from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_run import RunState
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke import judge as sj
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.run import RunState
 
 INVOCATION = "fedcba9876543210fedcba9876543210"
 T0 = 1_764_500_000.0

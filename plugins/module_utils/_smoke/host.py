@@ -2,15 +2,15 @@
 
 read_host() is the only code of the check that looks at the host: `systemctl show`, `journalctl`
 for one invocation from the previous poll's cursor (module_utils/_journal.py builds the command and
-folds its output into a JournalState), the HTTP health GET and who listens on its port
-(module_utils/_unit_socket.py), /proc (cgroup, cmdline, environ of the unit's processes) and, after
+folds its output into a JournalState), the HTTP health GET, who listens on its port and /proc (cgroup,
+cmdline, environ of the unit's processes) through module_utils/_unit_procs.py, and, after
 journald suppressed lines of the run, the patch's status files. restart_unit() is the check's only
-action. Deciding what a snapshot means is judge() (module_utils/_smoke_judge.py); it never reads
+action. Deciding what a snapshot means is judge() (module_utils/_smoke/judge.py); it never reads
 the host.
 
-Stdlib only, and its only imports of other module_utils are http_client.py, journal.py, unit_socket.py
-and patch_files.py (all stdlib only): scripts/testhosts/hostread.py sends the five files' source
-(HOST_SOURCES) to a test host's python3 and calls read_host() there.
+Stdlib only, and its only imports of other module_utils are _journal.py, _patch_files.py,
+_small_file.py and _unit_procs.py (all stdlib only): scripts/testhosts/hostread.py sends their
+source and this file's (HOST_SOURCES) to a test host's python3 and calls read_host() there.
 
 Marker lines are parsed with the host's installed kdtree_verify/telemetry/marker.py (load_marker): the
 check parses the journal with exactly the code the schedulers print it with.
@@ -25,7 +25,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ansible_collections.kdtree.fleet.plugins.module_utils._http_client import HttpFailure, request
 from ansible_collections.kdtree.fleet.plugins.module_utils._journal import (
     DEFAULT_BENIGN_TRACEBACKS,
     JournalState,
@@ -39,7 +38,15 @@ from ansible_collections.kdtree.fleet.plugins.module_utils._patch_files import (
     load_installed,
 )
 from ansible_collections.kdtree.fleet.plugins.module_utils._small_file import read_small
-from ansible_collections.kdtree.fleet.plugins.module_utils._unit_socket import listeners, owner, url_port
+from ansible_collections.kdtree.fleet.plugins.module_utils._unit_procs import (
+    SCHEDULER_PREFIX,
+    cgroup_pids,
+    health_owner,
+    health_status,
+    process_environ,
+    process_start,
+    process_title,
+)
 
 SHOW_PROPS = (
     "ActiveState",
@@ -54,7 +61,6 @@ SHOW_PROPS = (
 )
 # systemctl show and journalctl answer in well under a second; a hung one must not hang the check.
 COMMAND_TIMEOUT_S = 15.0
-HEALTH_TIMEOUT_S = 2.0
 # What read_host() can read; `parts` picks a subset (a journal-only re-read after a failure).
 ALL_PARTS = frozenset(("unit", "journal", "health", "schedulers"))
 
@@ -65,10 +71,6 @@ class HostError(Exception):
 
 class MarkerError(Exception):
     """The host's marker.py is missing or cannot be used."""
-
-
-# SGLang's process title of a scheduler (one per TP rank: sglang::scheduler_TP0, ...).
-SCHEDULER_PREFIX = "sglang::scheduler"
 
 
 @dataclass
@@ -268,95 +270,6 @@ def _read_journal(query: Query, invocation_id: str, state: JournalState, marker:
         marker,
         compile_benign(query.benign_tracebacks),
     )
-
-
-def health_status(url: str) -> str:
-    """The status code ("200", "503"), "refused", or "down (<reason>)", from the one HTTP client
-    (module_utils/_http_client.py: bounded, no redirects followed: a 3xx is its code)."""
-    try:
-        return str(request("GET", url, timeout_s=HEALTH_TIMEOUT_S).status)
-    except HttpFailure as exc:
-        if exc.status:
-            return str(exc.status)
-        if "ConnectionRefusedError" in exc.reason:
-            return "refused"
-        return f"down ({exc.reason})"
-
-
-def health_owner(url: str, unit: str, unit_pids: list[int]) -> str:
-    """ "" when the unit (or nobody this check can see) listens on the URL's port, else who does."""
-    port = url_port(url)
-    if port is None:
-        return ""
-    found = owner(listeners(port), unit_pids)
-    if found is None or found.in_unit:
-        return ""
-    return f"from pid {found.pid} ({found.comm}), not {unit}.service"
-
-
-def cgroup_pids(control_group: str) -> list[int]:
-    """PIDs whose systemd cgroup is exactly the unit's: its cgroup.procs (v2, hybrid or v1 name=systemd
-    mount), else a scan of /proc/PID/cgroup."""
-    if not control_group:
-        return []
-    for mount in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd"):
-        try:
-            with open(f"{mount}{control_group.rstrip('/')}/cgroup.procs", encoding="ascii") as handle:
-                return sorted(int(item) for item in handle.read().split())
-        except (OSError, ValueError):
-            continue
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cgroup", encoding="utf-8") as handle:
-                lines = handle.read().splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            hierarchy, _sep, path = line.partition(":")[2].partition(":")
-            if hierarchy in ("", "name=systemd") and path == control_group:
-                pids.append(int(entry))
-                break
-    return sorted(pids)
-
-
-def process_title(pid: int) -> str:
-    """The process title as `ps` shows it (setproctitle rewrites cmdline)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            raw = handle.read()
-    except OSError:
-        return ""
-    return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
-
-
-def process_environ(pid: int) -> dict[str, str] | None:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            raw = handle.read()
-    except OSError:
-        return None
-    env = {}
-    for item in raw.split(b"\0"):
-        key, sep, value = item.decode("utf-8", "replace").partition("=")
-        if sep:
-            env[key] = value
-    return env
-
-
-def process_start(pid: int) -> float | None:
-    """Epoch seconds at which the process started (/proc/PID/stat starttime + /proc/stat btime)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read().decode("ascii", "replace")
-        with open("/proc/stat", encoding="ascii", errors="replace") as handle:
-            btime = next(int(line.split()[1]) for line in handle if line.startswith("btime "))
-        ticks = int(stat.rpartition(")")[2].split()[19])  # field 22; fields after the comm
-        return btime + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
-        return None
 
 
 def _status_file(status_dir: str, pid: int) -> StatusFile | None:

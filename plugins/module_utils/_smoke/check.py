@@ -3,6 +3,12 @@ chunk and, once the run is healthy, send the traffic that proves the kernel runs
 
 execute(params) is the whole call (the module's main() only wraps it in AnsibleModule); its
 `params` are the module's options as AnsibleModule validated them (plugins/modules/kdtree_smoke.py).
+
+This package (module_utils/_smoke/) is the smoke check's wing: check.py runs it, host.py reads the
+host into a Snapshot, judge.py decides what a snapshot means, watch.py ties the two over time,
+traffic.py sends the verify traffic and reads its evidence, run.py and result.py carry the run in and
+the verdict out. Only the kdtree_smoke module and action import it (tests/roles/test_plugin_layers.py);
+the process and health readers it shares with the fleet report are module_utils/_unit_procs.py.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ansible_collections.kdtree.fleet.plugins.module_utils._journal import compile_benign
-from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_host import (
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.host import (
     HostError,
     MarkerError,
     Query,
@@ -21,15 +27,15 @@ from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_host import (
     read_host,
     restart_unit,
 )
-from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_judge import Wanted
-from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_result import (
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.judge import Wanted
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.result import (
     NO_TRAFFIC,
     Verdict,
     failed_verdict,
     failure_msg,
 )
-from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_run import RUN_OPTION, RunState
-from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_traffic import (
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.run import RUN_OPTION, RunState
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.traffic import (
     Requests,
     StatusDirError,
     TrafficResult,
@@ -37,7 +43,7 @@ from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_traffic import
     read_counts,
     run_traffic,
 )
-from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_watch import Reader, watch
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.watch import Reader, watch
 
 
 class SmokeError(Exception):

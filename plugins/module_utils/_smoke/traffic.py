@@ -34,8 +34,8 @@ from typing import Any
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import _decode as decode
 from ansible_collections.kdtree.fleet.plugins.module_utils import _http_client as http_client
-from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_host as smoke_host
 from ansible_collections.kdtree.fleet.plugins.module_utils._patch_files import STATUSDIR_FILE
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke import host as smoke_host
 
 TOP_REASONS = 3
 # Slugs of original calls that are not verify calls the kernel should have served: other forward

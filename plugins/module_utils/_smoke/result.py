@@ -1,8 +1,8 @@
 """The kdtree_smoke module's result: one Verdict per module call and the dict it returns.
 
 The owner of the result's shape (the module's RETURN documents exactly RESULT_KEYS) and of the
-failure message's format. judge() (module_utils/_smoke_judge.py) and the watch loop
-(module_utils/_smoke_watch.py) answer with a Verdict; Verdict.result() is what exit_json sends.
+failure message's format. judge() (module_utils/_smoke/judge.py) and the watch loop
+(module_utils/_smoke/watch.py) answer with a Verdict; Verdict.result() is what exit_json sends.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_run import RunState
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.run import RunState
 
 # The keys of every result (RETURN documents exactly these).
 RESULT_KEYS = (

@@ -1,6 +1,6 @@
 """judge(): ok, pending or failed for one snapshot of the watched run; pure (no I/O, no clock).
 
-module_utils/_smoke_host.read_host() reads the host into a Snapshot; judge(snapshot, wanted) decides
+module_utils/_smoke/host.read_host() reads the host into a Snapshot; judge(snapshot, wanted) decides
 from it alone, so every rule of the smoke check is tested without a host.
 """
 
@@ -11,9 +11,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ansible_collections.kdtree.fleet.plugins.module_utils._journal import TAIL_LINES
-from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_host import Marker, Snapshot
-from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_result import Verdict, failure_msg
-from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_run import RunState
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.host import Marker, Snapshot
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.result import Verdict, failure_msg
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.run import RunState
 
 LIVE_STATES = ("active", "activating", "reloading")
 

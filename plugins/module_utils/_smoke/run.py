@@ -2,7 +2,7 @@
 
 The kdtree_smoke module returns it as `run`; the action plugin passes that dict back unchanged as
 the module's internal `_run` option (RUN_OPTION) of the next chunk. Shared by the module
-(plugins/modules/kdtree_smoke.py, module_utils/_smoke_check.py) and the action plugin
+(plugins/modules/kdtree_smoke.py, module_utils/_smoke/check.py) and the action plugin
 (plugins/action/kdtree_smoke.py); stdlib only.
 """
 

@@ -12,14 +12,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_host import (
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.host import (
     HostError,
     Query,
     Snapshot,
     read_host,
 )
-from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_judge import Wanted, excerpt, judge
-from ansible_collections.kdtree.fleet.plugins.module_utils._smoke_result import (
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.judge import Wanted, excerpt, judge
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.result import (
     Verdict,
     failed_verdict,
     failure_msg,
