@@ -43,6 +43,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "files" / "sglang_ext"))
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench" / "third_party"))
 
 import kernel_plan  # noqa: E402
 import sglang_triton  # noqa: E402

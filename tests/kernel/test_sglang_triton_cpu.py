@@ -1,5 +1,6 @@
-"""The vendored SGLang Triton kernel (bench/sglang_triton): byte-identical to the pinned wheel's file, and
-importable and correct without SGLang (Triton's CPU interpreter, float32: bf16 is wrong there)."""
+"""The vendored SGLang Triton kernel (bench/third_party/sglang_triton): byte-identical to the pinned
+wheel's file, and importable and correct without SGLang (Triton's CPU interpreter, float32: bf16 is
+wrong there)."""
 
 from __future__ import annotations
 
