@@ -1,6 +1,7 @@
 """Where the drain sits around the restarts (read from the task files): the smoke role drains right
 before its restart task, only when it restarts and the mode is not none, and rejoins only after a
-healthy check; deploy and rollback.yml run recover inside their lock. Mode none adds no task that runs."""
+healthy check; the deploy and rollback roles run recover inside their lock. Mode none adds no task
+that runs."""
 
 from __future__ import annotations
 
@@ -40,6 +41,6 @@ def test_deploy_and_rollback_recover_first_under_the_lock() -> None:
     deploy = _tasks("roles/kdtree_deploy/tasks/main.yml")
     block = next(t for t in deploy if "block" in t and "always" in t)["block"]
     assert _includes(block, "recover") == [0]
-    rollback = _tasks("playbooks/rollback.yml")[0]["tasks"]
-    block = next(t for t in rollback if "block" in t)["block"]
+    rollback = _tasks("roles/kdtree_rollback/tasks/main.yml")
+    block = next(t for t in rollback if "block" in t and "always" in t)["block"]
     assert _includes(block, "recover") == [0]

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROLES, load_yaml
+from conftest import ROLES, ROOT, load_yaml
 
 DEPLOY = ROLES / "kdtree_deploy" / "tasks"
 ROLLBACK = ROLES / "kdtree_rollback" / "tasks"
@@ -55,7 +55,7 @@ def test_the_plan_is_part_of_the_preflight_before_anything_changes():
 def test_the_plan_reads_only_and_uses_the_rollbacks_own_rule():
     plan = load_yaml(ROLLBACK / "plan.yml")
     assert {"ansible.builtin.import_tasks": "decide.yml"}.items() <= plan[1].items()
-    main = _names(load_yaml(ROLLBACK / "main.yml"))
+    main = _names(load_yaml(ROLLBACK / "restore.yml"))
     assert "Decide where to go (the last good deploy, its fields and files checked, or stock)" in main
     for task in [*plan, *load_yaml(ROLLBACK / "decide.yml")]:
         assert not {"ansible.builtin.copy", "ansible.builtin.file", "ansible.builtin.systemd_service"} & set(
@@ -65,6 +65,10 @@ def test_the_plan_reads_only_and_uses_the_rollbacks_own_rule():
         t["ansible.builtin.include_role"]["tasks_from"] for t in plan if "ansible.builtin.include_role" in t
     ]
     assert included == ["facts", "render_dropin"]
+
+
+# the rollback's hand-over keys the rescue filter answers (plugin_utils/_rescue.py)
+KEYS = ("force_restart", "unit_untouched", "kill", "failed_dropin_digest", "restarted", "restarted_dropin")
 
 
 def _undo_task(rescue):
@@ -82,13 +86,22 @@ def test_the_rescue_undoes_reloads_and_restarts_in_one_host_command_before_the_r
     ], _names(changing)
     read = changing[0]
     assert set(read["ansible.builtin.systemd_service"]) == {"name"}  # reads only
-    assert "'kdtree.fleet.kdtree_smoke'" in read["when"][0] and "not in" in read["when"][0]
+    # when to read is the rescue filter's rule (plugin_utils/_rescue.py; test__rescue.py holds it)
+    assert read["when"] == "_kdtree_deploy_rescue.read_unit | bool"
     assert changing[1] is _undo_task(rescue)
     assert changing[1]["failed_when"] is False and changing[1]["timeout"] > 120
     assert changing[2]["block"][0]["ansible.builtin.include_role"]["name"] == "kdtree.fleet.kdtree_rollback"
+    # the private restore entry point: the deploy holds the lock (main would take it a second time)
+    assert changing[2]["block"][0]["ansible.builtin.include_role"]["tasks_from"] == "restore"
     rollback_vars = changing[2]["block"][0]["vars"]
-    assert "__kdtree_deploy_undo.rc" in rollback_vars["kdtree_rollback_restarted"]
-    assert "_kdtree_deploy_untouched" in rollback_vars["kdtree_rollback_unit_untouched"]
+    # every hand-over option comes from the filter's last answer, the one that knows the undo's exit status
+    handover = {k: v for k, v in rollback_vars.items() if k.startswith("_kdtree_rollback_")}
+    assert handover == {
+        f"_kdtree_rollback_{key}": f"{{{{ _kdtree_deploy_rescue.rollback.{key} }}}}" for key in KEYS
+    }
+    decisions = [t for t in rescue if "_kdtree_deploy_rescue" in t.get("ansible.builtin.set_fact", {})]
+    assert [rescue.index(t) for t in decisions][-1] == rescue.index(changing[1]) + 1  # asked after the undo
+    assert "__kdtree_deploy_undo.rc" in decisions[-1]["ansible.builtin.set_fact"]["_kdtree_deploy_rescue"]
     # the guarantees of old: WHY/ROLLBACK always printed, the history recorded, the host failed
     names = _names(rescue)
     assert names[-2:] == [
@@ -174,8 +187,8 @@ def test_a_drop_in_that_cannot_be_put_back_still_reloads_but_never_restarts(tmp_
 
 def test_a_rollback_watches_the_run_the_rescue_started_instead_of_restarting_again():
     for entry, same in (
-        ("previous.yml", "kdtree_rollback_restarted_dropin == kdtree_service_dropin_text"),
-        ("stock.yml", "kdtree_rollback_restarted_dropin | length == 0"),
+        ("previous.yml", "_kdtree_rollback_restarted_dropin == kdtree_service_dropin_text"),
+        ("stock.yml", "_kdtree_rollback_restarted_dropin | length == 0"),
     ):
         smoke = next(
             t
@@ -183,7 +196,7 @@ def test_a_rollback_watches_the_run_the_rescue_started_instead_of_restarting_aga
             if t.get("ansible.builtin.include_role", {}).get("name") == "kdtree.fleet.kdtree_smoke"
         )
         restart = " ".join(smoke["vars"]["kdtree_smoke_restart"].split())
-        assert f"not (kdtree_rollback_restarted | bool and {same})" in restart, (entry, restart)
+        assert f"not (_kdtree_rollback_restarted | bool and {same})" in restart, (entry, restart)
 
 
 def test_every_condition_of_the_rescue_and_the_plan_parses():
@@ -201,3 +214,25 @@ def test_every_condition_of_the_rescue_and_the_plan_parses():
                 for value in (inner.get("ansible.builtin.set_fact") or {}).values():
                     if isinstance(value, str):
                         env.parse(value)
+
+
+def test_the_rollback_role_is_the_whole_run_under_the_hosts_lock():
+    """Calling kdtree_rollback by name takes the lock, recovers a killed run's drain, restores and
+    always unlocks, as kdtree_deploy does; playbooks/rollback.yml is play keywords plus this role."""
+    main = load_yaml(ROLLBACK / "main.yml")
+    lock = main[0]["ansible.builtin.import_role"]
+    assert (lock["name"], lock["tasks_from"]) == ("kdtree.fleet.kdtree_common", "lock")
+    assert main[0]["vars"]["kdtree_common_lock_play"] == "rollback"
+    block, always = main[1]["block"], main[1]["always"]
+    recover = block[0]["ansible.builtin.include_role"]
+    assert (recover["name"], recover["tasks_from"]) == ("kdtree.fleet.kdtree_drain", "recover")
+    assert block[1]["ansible.builtin.import_tasks"] == "restore.yml"
+    unlock = always[0]["ansible.builtin.import_role"]
+    assert (unlock["name"], unlock["tasks_from"]) == ("kdtree.fleet.kdtree_common", "unlock")
+    play = load_yaml(ROOT / "playbooks" / "rollback.yml")[0]
+    assert play["tasks"] == [
+        {
+            "name": play["tasks"][0]["name"],
+            "ansible.builtin.import_role": {"name": "kdtree.fleet.kdtree_rollback"},
+        }
+    ]

@@ -28,12 +28,47 @@ def _main_options(role: str) -> dict:
     return load_yaml(ROLES / role / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
 
 
+def _private_options(role: str) -> dict:
+    """The underscored options of a role's other entry points (a private entry point's hand-over from
+    another role of this collection, prometheus-community's `_common` style): never in `main`."""
+    specs = load_yaml(ROLES / role / "meta" / "argument_specs.yml")["argument_specs"]
+    return {
+        name: spec
+        for entry, body in specs.items()
+        if entry != "main"
+        for name, spec in (body.get("options") or {}).items()
+        if name.startswith("_")
+    }
+
+
 @pytest.mark.parametrize("role", ROLE_NAMES)
 def test_argument_specs_list_the_defaults_plus_the_required_inputs(role):
     defaults = load_yaml(ROLES / role / "defaults" / "main.yml")
     options = _main_options(role)
     optional = sorted(name for name, spec in options.items() if not spec.get("required"))
-    assert sorted(defaults) == optional
+    assert sorted(defaults) == sorted([*optional, *_private_options(role)])
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_main_publishes_no_private_option(role):
+    assert [name for name in _main_options(role) if name.startswith("_")] == []
+
+
+def test_the_rollback_role_publishes_only_what_a_user_sets():
+    """The rescue's hand-over lives on the private `restore` entry point, underscored."""
+    assert sorted(_main_options("kdtree_rollback")) == [
+        "kdtree_rollback_fail_on_unhealthy",
+        "kdtree_rollback_lock_break",
+        "kdtree_rollback_to",
+    ]
+    assert sorted(_private_options("kdtree_rollback")) == [
+        "_kdtree_rollback_failed_dropin_digest",
+        "_kdtree_rollback_force_restart",
+        "_kdtree_rollback_kill",
+        "_kdtree_rollback_restarted",
+        "_kdtree_rollback_restarted_dropin",
+        "_kdtree_rollback_unit_untouched",
+    ]
 
 
 @pytest.mark.parametrize("role", ROLE_NAMES)
@@ -46,7 +81,7 @@ def test_required_inputs_have_no_default(role):
 @pytest.mark.parametrize("role", ROLE_NAMES)
 def test_argument_spec_defaults_equal_the_defaults(role):
     defaults = load_yaml(ROLES / role / "defaults" / "main.yml")
-    options = _main_options(role)
+    options = {**_main_options(role), **_private_options(role)}
     for name, value in defaults.items():
         assert options[name].get("default") == value, name
 
@@ -77,13 +112,15 @@ def test_argument_specs_describe_every_option(role):
 @pytest.mark.parametrize("role", ROLE_NAMES)
 def test_role_variables_carry_the_role_prefix(role):
     defaults = load_yaml(ROLES / role / "defaults" / "main.yml")
-    assert all(name.startswith(f"{role}_") for name in defaults), sorted(defaults)
+    assert all(name.startswith((f"{role}_", f"_{role}_")) for name in defaults), sorted(defaults)
 
 
 def _all_role_variables() -> set[str]:
     names: set[str] = set()
     for role in ROLE_NAMES:
-        names |= set(load_yaml(ROLES / role / "defaults" / "main.yml"))
+        names |= {
+            name for name in load_yaml(ROLES / role / "defaults" / "main.yml") if not name.startswith("_")
+        }
     return names
 
 

@@ -1,0 +1,172 @@
+"""The deploy's rescue: what it puts back, whether it restarts, what it kills (one pure owner).
+
+kdtree_deploy's rescue (roles/kdtree_deploy/tasks/rescue.yml) holds tasks only; every choice it makes
+is plan() here, which the filter kdtree.fleet.kdtree_rescue_plan hands the play's facts to. The rescue
+learns its facts in three steps and asks again after each (an input not known yet is None):
+
+1. why the deploy failed and which task failed, the plan kdtree_rollback's `plan` entry point made
+   before the change (kdtree_rollback_plan), the digest of the drop-in that just failed, and the unit's
+   run before the change (kdtree_service_unit_before): whether the plan still holds, what to put back,
+   whether to kill, and whether the unit's run must be read again;
+2. that read (the registered ansible.builtin.systemd_service result): whether the unit still runs its
+   run of before (the deploy failed before its restart: put the files back, never restart);
+3. the exit status of the one host command that undid the change: what the rollback is told.
+
+Stdlib only, no Ansible imports: tests/unit/plugins/plugin_utils/test__rescue.py calls it directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# The smoke module's reason when `systemctl restart` did not return in time (module_utils/_smoke/
+# host.py restart_unit: "restart did not finish within N s ..."): the unit's stop hangs, so the rescue
+# kills it instead of a second stop that would hang too, and takes no plan that restarts it first.
+RESTART_STUCK = "restart did not finish"
+# The smoke module's action names: a failure there means the unit was restarted (or tried to be).
+SMOKE_ACTIONS = frozenset(("kdtree.fleet.kdtree_smoke", "kdtree_smoke"))
+# The undo command's exit status when its first step (put back or remove the drop-in) failed.
+UNDO_DROPIN_FAILED = 10
+
+
+class RescueInputError(ValueError):
+    """The facts handed to plan() are not what the rescue knows (a renamed fact, a wrong type)."""
+
+
+@dataclass(frozen=True)
+class RescuePlan:
+    """plan()'s answer; the fields a later step decides are None until their input is known."""
+
+    # the plan made before the change holds: its drop-in is not the one that just failed, and the
+    # unit's stop did not hang
+    fast: bool
+    # put the plan's previous drop-in back (else remove kdtree's)
+    putback: bool
+    # "put" or "remove": the undo command's first step
+    undo: str
+    # the drop-in text the undo writes ("" when it removes)
+    dropin_text: str
+    # SIGKILL the unit's processes instead of a stop (its restart did not finish)
+    kill: bool
+    # read the unit's run again: a task other than the smoke module failed and the unit was active
+    read_unit: bool
+    # the unit still runs its run of before the deploy (step 2; None before)
+    untouched: bool | None
+    # the undo command restarts the unit into the planned target (step 2; None before)
+    undo_restart: bool | None
+    # the rollback's hand-over: kdtree_rollback entry point restore's _kdtree_rollback_<key> options
+    # (step 3; None before)
+    rollback: dict[str, Any] | None
+
+
+def _mapping(value: Any, name: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise RescueInputError(f"{name} must be a mapping, not {type(value).__name__}")
+    return value
+
+
+def _text(value: Any, name: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise RescueInputError(f"{name} must be a string, not {type(value).__name__}")
+    return value
+
+
+def _still_untouched(before: Mapping[str, Any], now: Any) -> bool:
+    """The re-read (a registered systemd_service result) shows the run of before, still active."""
+    if not isinstance(now, Mapping) or now.get("skipped") or now.get("failed"):
+        return False
+    status = _mapping(now.get("status"), "unit_now.status")
+    invocation = _text(before.get("invocation_id"), "unit_before.invocation_id")
+    return (
+        bool(invocation)
+        and status.get("InvocationID", "") == invocation
+        and status.get("ActiveState", "") == "active"
+    )
+
+
+def plan(
+    why: Any,
+    failed_action: Any,
+    rollback_plan: Any,
+    failed_digest: Any,
+    unit_before: Any,
+    unit_now: Any = None,
+    undo_rc: Any = None,
+) -> RescuePlan:
+    """The rescue's choices from what it knows (see the module's docstring for the three steps).
+
+    why: why the deploy failed (the failed task and its message); failed_action: that task's action;
+    rollback_plan: kdtree_rollback_plan (target, previous_digest, dropin_text) or None when the plan
+    never ran; failed_digest: sha256 of the drop-in that failed ("" when none was recorded);
+    unit_before: {invocation_id, active_state} before the change ({} when not read); unit_now: the
+    re-read's registered result, None before step 2; undo_rc: the undo command's exit status, None
+    before step 3."""
+    why = _text(why, "why")
+    failed_action = _text(failed_action, "failed_action")
+    failed_digest = _text(failed_digest, "failed_digest")
+    before = _mapping(unit_before, "unit_before")
+    stuck = RESTART_STUCK in why
+    if rollback_plan is None:
+        target, previous_digest, planned_text = "", "", ""
+    else:
+        planned = _mapping(rollback_plan, "rollback_plan")
+        target = _text(planned.get("target"), "rollback_plan.target")
+        if target not in ("stock", "previous"):
+            raise RescueInputError(f"rollback_plan.target must be stock or previous, not {target!r}")
+        previous_digest = _text(planned.get("previous_digest"), "rollback_plan.previous_digest")
+        planned_text = _text(planned.get("dropin_text"), "rollback_plan.dropin_text")
+    # a previous drop-in equal to the one that failed is no way back
+    new_previous = target == "previous" and previous_digest != failed_digest
+    fast = bool(target) and not stuck and (target == "stock" or new_previous)
+    putback = new_previous
+    read_unit = (
+        failed_action not in SMOKE_ACTIONS
+        and bool(_text(before.get("invocation_id"), "unit_before.invocation_id"))
+        and before.get("active_state") == "active"
+    )
+    untouched: bool | None = None
+    undo_restart: bool | None = None
+    rollback: dict[str, Any] | None = None
+    if unit_now is not None or not read_unit:
+        untouched = read_unit and _still_untouched(before, unit_now)
+        undo_restart = fast and not untouched
+        if undo_rc is not None:
+            if isinstance(undo_rc, bool) or not isinstance(undo_rc, int):
+                raise RescueInputError(f"undo_rc must be an integer, not {undo_rc!r}")
+            rollback = {
+                # restarted whatever it finds, unless the deploy never restarted the unit
+                "force_restart": not untouched,
+                "unit_untouched": untouched,
+                "kill": stuck,
+                "failed_dropin_digest": failed_digest,
+                # the undo restarted the unit already with this drop-in: watched, not restarted again
+                "restarted": undo_rc == 0 and undo_restart,
+                "restarted_dropin": planned_text if putback else "",
+            }
+    return RescuePlan(
+        fast=fast,
+        putback=putback,
+        undo="put" if putback else "remove",
+        dropin_text=planned_text if putback else "",
+        kill=stuck,
+        read_unit=read_unit,
+        untouched=untouched,
+        undo_restart=undo_restart,
+        rollback=rollback,
+    )
+
+
+def plan_dict(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """plan() from one mapping of the facts (the filter's input), as a plain dict."""
+    facts = _mapping(facts, "the rescue's facts")
+    known = {"why", "failed_action", "rollback_plan", "failed_digest", "unit_before", "unit_now", "undo_rc"}
+    unknown = sorted(set(facts) - known)
+    if unknown:
+        raise RescueInputError(f"unknown fact(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    return asdict(plan(**{name: facts.get(name) for name in known}))
