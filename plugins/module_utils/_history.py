@@ -42,6 +42,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import _decode as decode
+from ansible_collections.kdtree.fleet.plugins.module_utils._dropin_env import CONSTANT_ENV, FIXED_ENV
+from ansible_collections.kdtree.fleet.plugins.module_utils._modes import MODES
 
 DEFAULT_PATH = "/var/lib/kdtree/state.json"
 FORMAT = 1
@@ -65,12 +67,6 @@ ENTRY_FIELDS = (
     "restored_from",
     "dropin_fields",
 )
-MODES = ("off", "validate", "on")
-# The variables the drop-in always sets (roles/kdtree_service/tasks/preflight.yml, _kdtree_service_env);
-# with NCCL_* (kdtree_service_nccl_env) and today's kdtree_service_env_extra names, the allowlist of a
-# restored drop-in's environment (owned_key).
-FIXED_ENV = ("PYTHONPATH", "KDTREE_VERIFY", "KDTREE_LIB", "KDTREE_STATUS_DIR", "KDTREE_STATUS_INTERVAL",
-             "PYTHONUNBUFFERED", "SPT_NOENV")  # fmt: skip
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PATH_PART = re.compile(r"^[A-Za-z0-9_.+-]+$")
 LIBRARY = "libkdtree_verify.so"
@@ -399,8 +395,7 @@ def restore_fields(
     if len(found) != len(pairs):
         raise refuse("an environment variable is set twice")
     nccl = entry.get("nccl_env") if isinstance(entry.get("nccl_env"), dict) else {}
-    expect = {"KDTREE_VERIFY": mode, "KDTREE_LIB": lib, "KDTREE_STATUS_DIR": status_dir,
-              "PYTHONUNBUFFERED": "1", "SPT_NOENV": "1"}  # fmt: skip
+    expect = {"KDTREE_VERIFY": mode, "KDTREE_LIB": lib, "KDTREE_STATUS_DIR": status_dir, **CONSTANT_ENV}
     expect.update({str(k): str(v) for k, v in nccl.items()})
     for key, value in expect.items():
         if found.get(key) != value:

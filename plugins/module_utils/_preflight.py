@@ -34,6 +34,7 @@ from typing import Any
 from ansible_collections.kdtree.fleet.plugins.module_utils import _patch_files as patch_files
 from ansible_collections.kdtree.fleet.plugins.module_utils import _path_safety as path_safety
 from ansible_collections.kdtree.fleet.plugins.module_utils import _venv as venv
+from ansible_collections.kdtree.fleet.plugins.module_utils._modes import marker_state
 from ansible_collections.kdtree.fleet.plugins.module_utils._small_file import read_head, read_small_text
 from ansible_collections.kdtree.fleet.plugins.module_utils._unit_env import (
     Setting,
@@ -669,7 +670,7 @@ def check_probe(
     patch = report.get("patch", {})
     site = report.get("sitecustomize", {})
     # mode off: the hook runs and reports state=off (the patch installed, every call goes to Triton)
-    wanted = "off" if env.get("KDTREE_VERIFY", "").strip().lower() == "off" else "active"
+    wanted = marker_state(env.get("KDTREE_VERIFY", "").strip().lower())
     if patch.get("state") == wanted and (wanted == "off" or (proc.returncode == 0 and report.get("active"))):
         return Check(
             "probe",

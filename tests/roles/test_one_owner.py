@@ -85,6 +85,13 @@ FACTS = {
     "inter-token latency": (r"sglang:inter_token_latency_seconds", "plugins/module_utils/_decode.py"),
     # /etc/kdtree itself, not a neighbour such as the unit corpus recorder's /etc/kdtree-corpus
     "secret environment directory": (r"/etc/kdtree(?![\w-])", "roles/kdtree_service/defaults/main.yml"),
+    # the drop-in's own variables and their order (the history's allowlist imports them)
+    "drop-in variable list": (
+        r"""KDTREE_STATUS_DIR['"],\s*['"]KDTREE_STATUS_INTERVAL""",
+        "plugins/module_utils/_dropin_env.py",
+    ),
+    # mode -> marker state: "off" in mode off, else "active"
+    "mode to marker-state rule": (r"""['"]off['"] if\b""", "plugins/module_utils/_modes.py"),
 }
 # Test-host tooling allowed to spell a fact out: the test double's own stock unit and its installer
 # (the operator's side of a test host, not kdtree), and the demo's host reader, which builds the

@@ -1,0 +1,78 @@
+"""The drop-in's environment has one owner (module_utils/_dropin_env, filter kdtree_dropin_env): its
+fixed variables in order, PYTHONPATH in unit syntax (kdtree's directory first, escaped, never twice; the
+unit's own entries kept as written), NCCL_* and the extra variables sorted as the drop-in always sorted
+them, every value as text; and the deploy history's allowlist is the same list."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.kdtree.fleet.plugins.filter import service as service_filter
+from ansible_collections.kdtree.fleet.plugins.module_utils import _dropin_env as dropin_env
+from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
+
+INPUTS = {
+    "pythonpath": "/opt/kdtree/patches/v1",
+    "mode": "validate",
+    "lib": "/opt/kdtree/builds/b1/libkdtree_verify.so",
+    "status_dir": "/run/kdtree-sglang",
+    "status_interval": 5,
+}
+
+
+def test_kdtrees_variables_come_first_in_their_fixed_order():
+    pairs = dropin_env.env_pairs(**INPUTS)
+    assert pairs == [
+        ["PYTHONPATH", "/opt/kdtree/patches/v1"],
+        ["KDTREE_VERIFY", "validate"],
+        ["KDTREE_LIB", "/opt/kdtree/builds/b1/libkdtree_verify.so"],
+        ["KDTREE_STATUS_DIR", "/run/kdtree-sglang"],
+        ["KDTREE_STATUS_INTERVAL", "5"],
+        ["PYTHONUNBUFFERED", "1"],
+        ["SPT_NOENV", "1"],
+    ]
+    assert tuple(name for name, _ in pairs) == dropin_env.FIXED_ENV
+
+
+def test_pythonpath_puts_kdtree_first_and_keeps_the_units_own_entries_as_written():
+    pairs = dropin_env.env_pairs(
+        **{**INPUTS, "pythonpath": "/opt/k%1", "unit_pythonpath": "/srv/a::/opt/k%%1:%h/lib"}
+    )
+    assert dict(pairs)["PYTHONPATH"] == "/opt/k%%1:/srv/a:%h/lib"
+
+
+def test_nccl_and_extra_variables_follow_sorted_by_name_case_folded_as_text():
+    pairs = dropin_env.env_pairs(
+        **INPUTS,
+        nccl_env={"NCCL_P2P_LEVEL": "SYS", "NCCL_IB_DISABLE": 1, "NCCL_ALGO": "Ring"},
+        env_extra={"b_var": "x y", "Zed": "%h", "A_VAR": True, "a_var2": 2.5},
+    )
+    assert pairs[7:] == [
+        ["NCCL_ALGO", "Ring"],
+        ["NCCL_IB_DISABLE", "1"],
+        ["NCCL_P2P_LEVEL", "SYS"],
+        ["A_VAR", "True"],
+        ["a_var2", "2.5"],
+        ["b_var", "x y"],
+        ["Zed", "%h"],  # case folded: after b_var, as Jinja's dictsort put it
+    ]
+
+
+def test_the_historys_allowlist_is_the_same_list():
+    assert history.FIXED_ENV is dropin_env.FIXED_ENV
+    for name in dropin_env.FIXED_ENV:
+        assert history.owned_key(name, [])
+    assert not history.owned_key("LD_PRELOAD", [])
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        ({**INPUTS, "nccl_env": ["NCCL_ALGO"]}, "kdtree_service_nccl_env must be a mapping"),
+        ({**INPUTS, "surprise": 1}, "unknown inputs \\['surprise'\\]"),
+        ({k: v for k, v in INPUTS.items() if k != "lib"}, "missing inputs \\['lib'\\]"),
+    ],
+)
+def test_the_filter_refuses_inputs_it_does_not_know(inputs, message):
+    with pytest.raises(AnsibleFilterError, match="kdtree_dropin_env: .*" + message):
+        service_filter.kdtree_dropin_env(inputs)
