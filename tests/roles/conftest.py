@@ -23,6 +23,19 @@ ANSIBLE_BIN = Path(sys.executable).parent
 needs_ansible = pytest.mark.skipif(not (ANSIBLE_BIN / "ansible-doc").exists(), reason="needs the tools venv")
 
 
+def _install_collection_finder() -> None:
+    """Ansible's collection finder, as ansible-playbook installs it: a Templar built here resolves the
+    collection's FQCN filters (kdtree.fleet.kdtree_dropin_env, ...) that the roles' expressions call.
+    Installed before any test imports ansible_collections (this conftest loads first)."""
+    try:
+        from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
+    except ImportError:  # no Ansible in this venv: the tests that template skip
+        return
+    _AnsibleCollectionFinder(paths=[str(ROOT / "collections")])._install()
+
+
+_install_collection_finder()
+
 PLAYBOOK_BIN = ANSIBLE_BIN / "ansible-playbook"
 # the host arguments of a run on this machine: localhost through the local connection, with this Python
 ON_LOCALHOST = ("-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}")

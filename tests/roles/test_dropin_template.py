@@ -17,6 +17,22 @@ def _set_fact_expression(name: str, tasks_file: str = "preflight.yml"):
     return task["ansible.builtin.set_fact"][name]
 
 
+def set_fact_inputs(templar, name: str, tasks_file: str = "preflight.yml") -> dict:
+    """The task vars of the set_fact that names fact `name` (its inputs, such as the drop-in
+    environment's filter inputs), rendered as the task renders them."""
+    from ansible.template import trust_as_template
+
+    tasks = load_yaml(ROLES / "kdtree_service" / "tasks" / tasks_file)
+    task = next(t for t in tasks if name in t.get("ansible.builtin.set_fact", {}))
+    rendered = {}
+    for key, value in (task.get("vars") or {}).items():
+        if isinstance(value, dict):
+            rendered[key] = {k: templar.template(trust_as_template(v)) for k, v in value.items()}
+        else:
+            rendered[key] = templar.template(trust_as_template(value))
+    return rendered
+
+
 def render_fields(fields: dict, **over) -> str:
     """The drop-in the role's one rule (tasks/render_dropin.yml's template) renders from `fields`."""
     from ansible.parsing.dataloader import DataLoader
@@ -56,6 +72,8 @@ def _render_vars(unit_env: dict | None = None, **over) -> dict:
     variables.update(over)
     loader = DataLoader()
     loader.set_basedir(str(ROLES / "kdtree_service"))
+    templar = Templar(loader=loader, variables=variables)
+    variables.update(set_fact_inputs(templar, "_kdtree_service_env"))
     templar = Templar(loader=loader, variables=variables)
     for name in ("_kdtree_service_env", "_kdtree_service_argv"):
         variables[name] = templar.template(trust_as_template(_set_fact_expression(name)))

@@ -35,7 +35,7 @@ def play(tmp_path: Path, role_vars: dict, *extra: str) -> subprocess.CompletedPr
 
 
 def test_service_name_and_health_url_are_required(tmp_path):
-    out = play(tmp_path, {"kdtree_smoke_marker_state": ""})
+    out = play(tmp_path, {"kdtree_smoke_wanted": {}})
     assert out.returncode != 0
     assert "kdtree_smoke_service_name" in out.stdout
     assert "kdtree_smoke_health_url" in out.stdout
@@ -44,15 +44,16 @@ def test_service_name_and_health_url_are_required(tmp_path):
 
 @pytest.mark.parametrize("tags", [[], ["--tags", "kdtree_smoke"], ["--tags", "kdtree_smoke_run"]])
 def test_a_marker_state_without_patch_dir_fails_before_the_restart_with_any_tag(tmp_path, tags):
-    out = play(tmp_path, INPUTS, *tags)
+    out = play(tmp_path, {**INPUTS, "kdtree_smoke_wanted": {"marker_state": "active"}}, *tags)
     assert out.returncode != 0
-    assert "kdtree_smoke_patch_dir is empty" in out.stdout
+    assert "kdtree_smoke_wanted.patch_dir is empty" in out.stdout
     assert "sglang-test was not restarted" in out.stdout
     assert "Restart the unit and watch its new run" not in out.stdout
 
 
 def test_check_mode_runs_the_module_and_changes_nothing(tmp_path):
-    out = play(tmp_path, {**INPUTS, "kdtree_smoke_patch_dir": str(PATCH_DIR)}, "--check")
+    wanted = {"marker_state": "active", "patch_dir": str(PATCH_DIR), "build_id": "ignored: not read"}
+    out = play(tmp_path, {**INPUTS, "kdtree_smoke_wanted": wanted}, "--check")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "check mode: would restart and watch sglang-test.service" in out.stdout
 
@@ -69,6 +70,10 @@ def test_each_role_variable_sets_the_module_option_of_its_name_as_the_argument_s
     spec = yaml.safe_load((ROOT / "roles/kdtree_smoke/meta/argument_specs.yml").read_text(encoding="utf-8"))
     variables = set(spec["argument_specs"]["main"]["options"])
     renamed = {"unit": "service_name", "chunk_s": "progress_s", "fail_on_error": "fail"}
+    # the wanted run, one dict shaped like a deploy-history entry
+    renamed |= dict.fromkeys(
+        ("marker_state", "patch_dir", "expected_schedulers", "nccl_env", "status_dir"), "wanted"
+    )
     passed = set()
     for option, value in args.items():
         assert option in kdtree_smoke.ARGUMENT_SPEC and not option.startswith("_"), option

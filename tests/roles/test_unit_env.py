@@ -40,6 +40,10 @@ def test_the_drop_in_prepends_the_patch_directory_to_the_unit_s_pythonpath(stock
         "kdtree_service_env_extra": {},
         "__kdtree_service_env": {"environment": environment},
     }
+    from test_dropin_template import set_fact_inputs
+
+    templar = Templar(loader=DataLoader(), variables=variables)
+    variables.update(set_fact_inputs(templar, "_kdtree_service_env"))
     templar = Templar(loader=DataLoader(), variables=variables)
     env = dict(templar.template(trust_as_template(_prepend_expression())))
     assert env["PYTHONPATH"] == wanted

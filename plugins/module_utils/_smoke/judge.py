@@ -113,8 +113,9 @@ def _lost_markers(snapshot: Snapshot, wanted: Wanted, waiting: list[str]) -> tup
         )
     else:
         hint = (
-            "set the module's status_dir (kdtree_smoke_status_dir) to the unit's KDTREE_STATUS_DIR "
-            "to read the marker from the patch's status files, or raise journald's RateLimitBurst"
+            "set the module's status_dir (the smoke role's kdtree_smoke_wanted.status_dir) to the unit's "
+            "KDTREE_STATUS_DIR to read the marker from the patch's status files, or raise journald's "
+            "RateLimitBurst"
         )
     return why, f"{snapshot.suppressed_line}\n{hint}"
 

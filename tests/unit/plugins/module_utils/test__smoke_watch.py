@@ -633,7 +633,7 @@ def test_a_marker_lost_to_suppression_fails_at_once_instead_of_at_the_timeout(ho
         "although the health URL answers 200"
     )
     assert "Suppressed 5000 messages from sglang.service" in verdict.detail
-    assert "kdtree_smoke_status_dir" in verdict.detail
+    assert "kdtree_smoke_wanted.status_dir" in verdict.detail
 
 
 def test_a_suppression_while_loading_keeps_waiting(host):
