@@ -64,6 +64,7 @@ from ansible_collections.kdtree.fleet.plugins.module_utils._small_file import (
     SmallFileRefused,
     read_small_text,
 )
+from ansible_collections.kdtree.fleet.plugins.module_utils._status_clock import judged_now
 
 SHOW_PROPS = ("ActiveState", "SubState", "MainPID", "ExecMainStartTimestamp", "ControlGroup")
 NVIDIA_SMI_TIMEOUT_S = 10.0
@@ -150,6 +151,10 @@ class HostReader:
 
     def now(self) -> float:
         return time.time()
+
+    def monotonic(self) -> float:
+        """The host's CLOCK_MONOTONIC (status schema 2's updated_mono is on it)."""
+        return time.monotonic()
 
     def statusdir(self, patch_dir: str) -> Any:
         """The installed patch's status reader, patch_files.STATUSDIR_FILE (PatchFileError when it
@@ -363,11 +368,15 @@ def freshness(
     statusdir: Any, reader: HostReader, files: list[dict[str, Any]], env: dict[str, str] | None
 ) -> tuple[float, dict[int, str]]:
     """(the status interval the unit runs with, {pid: statusdir.freshness_problem}) at the host's
-    clock now; the interval is the main process's KDTREE_STATUS_INTERVAL read by the patch's
-    config.py rules (its default when unset or refused)."""
+    clock now (each file's age on the host's monotonic clock when it carries updated_mono:
+    module_utils/_status_clock.py); the interval is the main process's KDTREE_STATUS_INTERVAL read by
+    the patch's config.py rules (its default when unset or refused)."""
     interval, _why = statusdir.load_sibling("config").read_status_interval(env or {})
-    now = reader.now()
-    return interval, {f["pid"]: statusdir.freshness_problem(f, now, interval) for f in files}
+    now, now_mono = reader.now(), reader.monotonic()
+    # each file's age on the host's monotonic clock where it says when it was written on it
+    return interval, {
+        f["pid"]: statusdir.freshness_problem(f, judged_now(f, now, now_mono), interval) for f in files
+    }
 
 
 def summarize_status(files: list[dict[str, Any]]) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import _decode as dec
 from ansible_collections.kdtree.fleet.plugins.module_utils import _http_client as http_client
 from ansible_collections.kdtree.fleet.plugins.module_utils._patch_files import STATUSDIR_FILE
 from ansible_collections.kdtree.fleet.plugins.module_utils._smoke import host as smoke_host
+from ansible_collections.kdtree.fleet.plugins.module_utils._status_clock import judged_now
 
 TOP_REASONS = 3
 # Slugs of original calls that are not verify calls the kernel should have served: other forward
@@ -135,6 +136,7 @@ def read_counts(
     pids: list[int],
     interval_s: float = 5.0,
     clock: Callable[[], float] = time.time,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> dict[int, Counts]:
     """The status files of these pids only (`<pid>.json` whose pid field is its name's: statusdir.scan
     reads no other file). A file statusdir refuses is a Counts with `refused` set; a file whose
@@ -145,7 +147,7 @@ def read_counts(
         docs, refused = statusdir.scan(status_dir, pids)
     except OSError:
         return found
-    now = clock()
+    now, now_mono = clock(), monotonic()
     for doc in docs:
         try:
             item = counts_of(statusdir, doc)
@@ -153,7 +155,8 @@ def read_counts(
             found[int(doc["pid"])] = Counts(pid=int(doc["pid"]), mode="", updated=0.0, refused=str(exc))
             continue
         if item is not None:
-            stale = statusdir.freshness_problem(doc, now, interval_s)
+            # its age on the host's monotonic clock where the file says when it was written on it
+            stale = statusdir.freshness_problem(doc, judged_now(doc, now, now_mono), interval_s)
             found[item.pid] = replace(item, stale=stale) if stale else item
     for name, why in refused.items():
         pid = statusdir.name_pid(name)

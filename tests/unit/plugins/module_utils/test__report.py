@@ -422,6 +422,23 @@ def test_a_file_whose_publisher_stopped_writing_is_not_fresh(host):
     assert row["status_interval_s"] == 5.0  # the unit sets no KDTREE_STATUS_INTERVAL: the patch's default
 
 
+def test_freshness_is_judged_on_the_hosts_monotonic_clock_when_the_file_carries_it(host):
+    """A wall-clock step neither makes a live publisher's file stale nor a dead one's fresh (schema 2)."""
+    host.deploy()
+    _two_good(host)
+    mono = time.monotonic()
+    stepped = time.time() - 3600  # `updated` an hour behind the wall clock: the clock stepped forward
+    host.write_status(host.tp0.pid, status(host.tp0.pid, schema=2, updated=stepped, updated_mono=mono))
+    # wall-clock fresh, but its publisher wrote it an hour ago on the monotonic clock
+    host.write_status(
+        host.tp1.pid, status(host.tp1.pid, schema=2, updated=time.time(), updated_mono=mono - 3600)
+    )
+    row = gather(host)
+    fresh = {s["pid"]: s["fresh"] for s in row["schedulers"]}
+    assert fresh[host.tp0.pid] == "", fresh
+    assert "last updated 3600 s ago" in fresh[host.tp1.pid], fresh
+
+
 def test_odd_timing_is_refused_by_the_reader_and_never_shown_as_a_speedup(host, health_server):
     host.deploy()
     bad = status_bucket(1, 60, 3.0, 0.0)  # timed calls with no kernel time

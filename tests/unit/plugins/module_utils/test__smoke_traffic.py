@@ -772,6 +772,27 @@ def test_an_update_time_from_the_future_is_not_fresh(tr, statusdir, tmp_path):
         tr.wait_written_after(lambda p: tr.read_counts(statusdir, str(tmp_path), p), [7], 0.0, 0.2, 0.05)
 
 
+def test_freshness_counts_on_the_monotonic_clock_when_the_file_says_when_it_was_written_on_it(
+    tr, statusdir, tmp_path
+):
+    """A wall clock stepped an hour forward after a live publisher's write made its file stale (and one
+    stepped back made a dead publisher's file fresh); schema 2's updated_mono decides the age instead."""
+    wall, mono = 1_000_000.0, 5_000.0
+    # written 2 s ago on the monotonic clock; the wall clock has since jumped an hour ahead
+    _write(tmp_path / "7.json", _doc(7, schema=2, updated=wall, updated_mono=mono - 2))
+    # written an hour ago on the monotonic clock (a dead publisher); the wall clock was stepped back
+    _write(tmp_path / "8.json", _doc(8, schema=2, updated=wall, updated_mono=mono - 3600))
+    found = tr.read_counts(
+        statusdir, str(tmp_path), [7, 8], clock=lambda: wall + 3600, monotonic=lambda: mono
+    )
+    assert found[7].stale == ""
+    assert "s ago" in found[8].stale and "dead publisher" in found[8].stale
+    # an older patch's file (no updated_mono) is judged on the wall clock as before
+    _write(tmp_path / "9.json", _doc(9, updated=wall))
+    found = tr.read_counts(statusdir, str(tmp_path), [9], clock=lambda: wall + 3600, monotonic=lambda: mono)
+    assert "3600 s ago" in found[9].stale
+
+
 def test_a_fifo_named_like_a_status_file_is_refused_without_blocking(tr, statusdir, tmp_path):
     os.mkfifo(tmp_path / "7.json")
     os.symlink(tmp_path / "elsewhere.json", tmp_path / "8.json")
