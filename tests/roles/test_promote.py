@@ -36,7 +36,7 @@ def test_the_play_passes_the_patch_role_s_source_dir_to_both_verdicts():
     assert text.count("patch_source=kdtree_patch_source_path") == 2
     facts = load_yaml(ROOT / "roles" / "kdtree_patch" / "tasks" / "facts.yml")
     published = facts[0]["ansible.builtin.set_fact"]
-    assert published == {"kdtree_patch_source_path": "{{ kdtree_patch_source_dir }}"}
+    assert published["kdtree_patch_source_path"] == "{{ kdtree_patch_source_dir }}"
 
 
 # ---------------------------------------------------------------------------------------------
