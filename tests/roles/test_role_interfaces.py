@@ -177,6 +177,15 @@ def test_production_nccl_defaults_are_the_documented_pcie_blackwell_set():
         assert key in doc, f"{key} is not explained in docs/operations.md"
 
 
+def test_production_turns_the_stall_timeout_on_where_it_sets_nccl_p2p():
+    """NCCL P2P over PCIe can hang without a traceback: the stall timeout fails it before the overall one."""
+    group_vars = load_yaml(ROOT / "inventory" / "production" / "group_vars" / "gpu-hosts.yml")
+    smoke = load_yaml(ROLES / "kdtree_smoke" / "defaults" / "main.yml")
+    assert "NCCL_P2P_LEVEL" in group_vars["kdtree_service_nccl_env"]
+    overall = group_vars.get("kdtree_smoke_timeout_s", smoke["kdtree_smoke_timeout_s"])
+    assert 0 < group_vars["kdtree_smoke_stall_timeout_s"] < overall
+
+
 def _unsafe_regex(path: str) -> re.Pattern[str]:
     text = (ROOT / path).read_text(encoding="utf-8")
     match = re.search(r"select\('match', '(\^\(.*?\) )'\)", text)
