@@ -3,11 +3,8 @@ process: no module run). The rules are plugin_utils/_build_cache.py's (one owner
 
 from __future__ import annotations
 
-from typing import Any
-
-from ansible.errors import AnsibleLookupError
-from ansible.plugins.lookup import LookupBase
-from ansible_collections.kdtree.fleet.plugins.plugin_utils import _build_cache as build_cache
+# Ansible's plugin layout: DOCUMENTATION, EXAMPLES and RETURN come before the imports.
+# ruff: noqa: E402
 
 DOCUMENTATION = r"""
 name: kdtree_build_cache
@@ -48,6 +45,12 @@ _raw:
   type: list
   elements: raw
 """
+
+from typing import Any
+
+from ansible.errors import AnsibleLookupError
+from ansible.plugins.lookup import LookupBase
+from ansible_collections.kdtree.fleet.plugins.plugin_utils import _build_cache as build_cache
 
 
 class LookupModule(LookupBase):

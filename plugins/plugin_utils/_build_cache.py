@@ -133,8 +133,8 @@ def host_lib_problem(path: str, stat_line: str) -> str:
     """Why a host's build library cannot be taken as already there (empty: it can), from its
     `stat -c '%u %a %F'` line: it must be a regular file (not a symlink) owned by root and writable by
     nobody else."""
-    uid, _, rest = stat_line.partition(" ")
-    mode, _, kind = rest.partition(" ")
+    uid, _sep, rest = stat_line.partition(" ")
+    mode, _sep, kind = rest.partition(" ")
     if kind != "regular file":
         return f"{path} is a {kind or 'missing file'}, not a regular file"
     if uid != "0":

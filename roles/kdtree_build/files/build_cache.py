@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """kdtree_build's controller steps that wait or hold a lock: claim a build's compile, run the controller's
 compile under its lock. Run by ansible_playbook_python; the rules are plugins/plugin_utils/_build_cache.py's
 (one owner), imported from this collection's tree (stdlib only, no Ansible needed).

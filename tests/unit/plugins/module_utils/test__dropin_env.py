@@ -31,7 +31,7 @@ def test_kdtrees_variables_come_first_in_their_fixed_order():
         ["PYTHONUNBUFFERED", "1"],
         ["SPT_NOENV", "1"],
     ]
-    assert tuple(name for name, _ in pairs) == dropin_env.FIXED_ENV
+    assert tuple(pair[0] for pair in pairs) == dropin_env.FIXED_ENV
 
 
 def test_pythonpath_puts_kdtree_first_and_keeps_the_units_own_entries_as_written():

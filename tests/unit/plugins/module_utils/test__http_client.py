@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils import _http_client as http_client
 from ansible_collections.kdtree.fleet.plugins.module_utils import _unit_procs as unit_procs
-from ansible_collections.kdtree.fleet.plugins.module_utils._smoke import traffic as traffic
+from ansible_collections.kdtree.fleet.plugins.module_utils._smoke import traffic
 
 KEY = "sk-live-4f9a2c7e1b8d6053aa91-secret"
 

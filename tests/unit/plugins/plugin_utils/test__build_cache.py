@@ -103,7 +103,7 @@ def test_an_artifact_planted_by_another_user_is_refused(cache, name):
 def test_a_group_writable_artifact_is_refused(cache, name):
     directory = _artifact(cache)
     (directory / name).chmod(0o775 if not name else 0o664)
-    problem, _ = bc.read_artifact(str(cache), "b1")
+    problem, _artifact_doc = bc.read_artifact(str(cache), "b1")
     assert problem.startswith(f"{directory / name if name else directory} is group- or world-writable")
 
 
