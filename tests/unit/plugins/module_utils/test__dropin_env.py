@@ -1,13 +1,12 @@
 """The drop-in's environment has one owner (module_utils/_dropin_env, filter kdtree_dropin_env): its
 fixed variables in order, PYTHONPATH in unit syntax (kdtree's directory first, escaped, never twice; the
 unit's own entries kept as written), NCCL_* and the extra variables sorted as the drop-in always sorted
-them, every value as text; and the deploy history's allowlist is the same list."""
+them, every value as text; and the deploy history's allowlist is the same list. The filter:
+tests/unit/plugins/filter/test_service.py."""
 
 from __future__ import annotations
 
 import pytest
-from ansible.errors import AnsibleFilterError
-from ansible_collections.kdtree.fleet.plugins.filter import service as service_filter
 from ansible_collections.kdtree.fleet.plugins.module_utils import _dropin_env as dropin_env
 from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
 
@@ -65,14 +64,6 @@ def test_the_historys_allowlist_is_the_same_list():
     assert not history.owned_key("LD_PRELOAD", [])
 
 
-@pytest.mark.parametrize(
-    ("inputs", "message"),
-    [
-        ({**INPUTS, "nccl_env": ["NCCL_ALGO"]}, "kdtree_service_nccl_env must be a mapping"),
-        ({**INPUTS, "surprise": 1}, "unknown inputs \\['surprise'\\]"),
-        ({k: v for k, v in INPUTS.items() if k != "lib"}, "missing inputs \\['lib'\\]"),
-    ],
-)
-def test_the_filter_refuses_inputs_it_does_not_know(inputs, message):
-    with pytest.raises(AnsibleFilterError, match="kdtree_dropin_env: .*" + message):
-        service_filter.kdtree_dropin_env(inputs)
+def test_a_mapping_that_is_not_one_is_refused_naming_the_variable():
+    with pytest.raises(dropin_env.DropinEnvError, match="kdtree_service_env_extra must be a mapping"):
+        dropin_env.env_pairs(**INPUTS, env_extra=["A=1"])
