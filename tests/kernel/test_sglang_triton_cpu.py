@@ -71,7 +71,7 @@ print(json.dumps(errs))
 def test_the_vendored_kernel_runs_without_sglang_and_matches_the_reference_causal_and_scaled():
     """Also the ground truth of the scale decision: SGLang's Triton multiplies prefix scores by k_scale
     and prefix P.V by v_scale, exactly as kdtree_verify.kernel.reference (and the kernel) do."""
-    paths = [str(ROOT / "bench"), str(ROOT / "files" / "sglang_ext")]
+    paths = [str(ROOT / "bench"), str(ROOT / "bench" / "third_party"), str(ROOT / "files" / "sglang_ext")]
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, *paths], capture_output=True, text=True, env=env, timeout=600
