@@ -10,7 +10,10 @@ learns its facts in three steps and asks again after each (an input not known ye
    whether to kill, and whether the unit's run must be read again;
 2. that read (the registered ansible.builtin.systemd_service result): whether the unit still runs its
    run of before (the deploy failed before its restart: put the files back, never restart);
-3. the exit status of the one host command that undid the change: what the rollback is told.
+3. the exit status of the one host command that undid the change: what the rollback is told, and
+   whether a host this deploy drained (kdtree_drain_out) is checked and put back into rotation.
+
+summary() then words the ROLLBACK line of the failed host's message from how the rollback went.
 
 Stdlib only, no Ansible imports: tests/unit/plugins/plugin_utils/test__rescue.py calls it directly.
 """
@@ -29,6 +32,10 @@ RESTART_STUCK = "restart did not finish"
 SMOKE_ACTIONS = frozenset(("kdtree.fleet.kdtree_smoke", "kdtree_smoke"))
 # The undo command's exit status when its first step (put back or remove the drop-in) failed.
 UNDO_DROPIN_FAILED = 10
+# What the ROLLBACK line adds when the run of before kept serving but its host stayed drained.
+STILL_OUT = (
+    "; the host is still OUT of rotation (its drain record stays; the next run rejoins it once healthy)"
+)
 
 
 class RescueInputError(ValueError):
@@ -59,6 +66,9 @@ class RescuePlan:
     # the rollback's hand-over: kdtree_rollback entry point restore's _kdtree_rollback_<key> options
     # (step 3; None before)
     rollback: dict[str, Any] | None
+    # the run of before kept serving and this deploy drained the host: check its health, then rejoin
+    # (step 2; None before)
+    rejoin: bool | None
 
 
 def _mapping(value: Any, name: str) -> Mapping[str, Any]:
@@ -98,6 +108,7 @@ def plan(
     unit_before: Any,
     unit_now: Any = None,
     undo_rc: Any = None,
+    drain_out: Any = False,
 ) -> RescuePlan:
     """The rescue's choices from what it knows (see the module's docstring for the three steps).
 
@@ -106,7 +117,8 @@ def plan(
     never ran; failed_digest: sha256 of the drop-in that failed ("" when none was recorded);
     unit_before: {invocation_id, active_state} before the change ({} when not read); unit_now: the
     re-read's registered result, None before step 2; undo_rc: the undo command's exit status, None
-    before step 3."""
+    before step 3; drain_out: the drain role's kdtree_drain_out (this run has the host out of
+    rotation)."""
     why = _text(why, "why")
     failed_action = _text(failed_action, "failed_action")
     failed_digest = _text(failed_digest, "failed_digest")
@@ -130,12 +142,17 @@ def plan(
         and bool(_text(before.get("invocation_id"), "unit_before.invocation_id"))
         and before.get("active_state") == "active"
     )
+    if not isinstance(drain_out, bool):
+        raise RescueInputError(f"drain_out must be a boolean, not {drain_out!r}")
     untouched: bool | None = None
     undo_restart: bool | None = None
     rollback: dict[str, Any] | None = None
+    rejoin: bool | None = None
     if unit_now is not None or not read_unit:
         untouched = read_unit and _still_untouched(before, unit_now)
         undo_restart = fast and not untouched
+        # a restarted unit rejoins through its rollback's smoke check; the run of before never restarts
+        rejoin = untouched and drain_out
         if undo_rc is not None:
             if isinstance(undo_rc, bool) or not isinstance(undo_rc, int):
                 raise RescueInputError(f"undo_rc must be an integer, not {undo_rc!r}")
@@ -159,14 +176,69 @@ def plan(
         untouched=untouched,
         undo_restart=undo_restart,
         rollback=rollback,
+        rejoin=rejoin,
     )
+
+
+def _shown(value: Any) -> str:
+    return "" if value is None else value if isinstance(value, str) else str(value)
+
+
+def summary(
+    rescue: Mapping[str, Any],
+    rollback_summary: Any,
+    undo_rc: Any,
+    undo_stderr: Any,
+    drain_out: Any = False,
+    failed_task: Any = None,
+    failed_msg: Any = "",
+    unit: Any = "sglang",
+) -> str:
+    """The ROLLBACK line of a failed deploy, from the rescue's plan (plan_dict()) and how it went: the
+    rollback role's own summary, then what the operator must know besides - the host is still out of
+    rotation (the run of before kept serving and `drain_out`, the drain role's kdtree_drain_out after
+    the rejoin, is still true), the undo's first step failed (its exit status and stderr). When the
+    rollback itself failed (`failed_task` and `failed_msg`: the task that failed in it), what was put
+    back or removed and that unit `unit` needs a look by hand."""
+    # words only: any value is shown as text, never refused (the host's failure message must print)
+    rescue = rescue if isinstance(rescue, Mapping) else {}
+    putback = bool(rescue.get("putback"))
+    rc = undo_rc if isinstance(undo_rc, int) and not isinstance(undo_rc, bool) else None
+    stderr = _shown(undo_stderr)
+    if failed_task is not None:
+        if rc == UNDO_DROPIN_FAILED:
+            dropin = ("could NOT be put back" if putback else "could NOT be removed") + ": " + stderr
+        else:
+            dropin = "was put back" if putback else "was removed"
+        return (
+            f"the rollback itself FAILED at '{_shown(failed_task)}': {_shown(failed_msg)}; "
+            f"kdtree's drop-in {dropin}; check {_shown(unit)}.service by hand"
+        )
+    text = _shown(rollback_summary) or "did not run"
+    if rescue.get("untouched") and drain_out is True:
+        text += STILL_OUT
+    if rc:
+        text += f"; the first rescue step (exit {rc}): {stderr.strip()}"
+    return text
 
 
 def plan_dict(facts: Mapping[str, Any]) -> dict[str, Any]:
     """plan() from one mapping of the facts (the filter's input), as a plain dict."""
     facts = _mapping(facts, "the rescue's facts")
-    known = {"why", "failed_action", "rollback_plan", "failed_digest", "unit_before", "unit_now", "undo_rc"}
+    known = {
+        "why",
+        "failed_action",
+        "rollback_plan",
+        "failed_digest",
+        "unit_before",
+        "unit_now",
+        "undo_rc",
+        "drain_out",
+    }
     unknown = sorted(set(facts) - known)
     if unknown:
         raise RescueInputError(f"unknown fact(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-    return asdict(plan(**{name: facts.get(name) for name in known}))
+    later = {"unit_now", "undo_rc", "drain_out"}  # not known yet in the first step: plan()'s defaults
+    given = {name: facts.get(name) for name in known - later}
+    given.update({name: facts[name] for name in later if name in facts})
+    return asdict(plan(**given))

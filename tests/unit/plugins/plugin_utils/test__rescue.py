@@ -148,6 +148,53 @@ def test_the_restart_stuck_phrase_is_what_the_smoke_check_says_when_a_restart_ha
     assert decide(why=f"Restart and check: {raised.value}").kill is True
 
 
+def test_a_drained_host_whose_run_of_before_kept_serving_is_checked_and_rejoined():
+    step = decide(failed_action="ansible.builtin.copy", unit_now=unit_read(), drain_out=True)
+    assert step.untouched is True and step.rejoin is True
+    # restarted: the rollback's own smoke check rejoins it; not drained: nothing to rejoin
+    assert decide(unit_now=unit_read(), drain_out=True).rejoin is False
+    assert decide(failed_action="ansible.builtin.copy", unit_now=unit_read()).rejoin is False
+    assert decide(failed_action="ansible.builtin.copy").rejoin is None  # not read yet
+
+
+# ---------------------------------------------------------------------------------------------
+# the ROLLBACK line
+
+
+def test_the_rollback_line_is_the_rollbacks_summary_and_what_the_operator_must_know_besides():
+    kept = {"putback": True, "untouched": True}
+    assert rescue.summary(kept, "back to PREVIOUS b1: HEALTHY", 0, "") == "back to PREVIOUS b1: HEALTHY"
+    line = rescue.summary(kept, "back to PREVIOUS b1: HEALTHY", 0, "", drain_out=True)
+    assert line == "back to PREVIOUS b1: HEALTHY" + rescue.STILL_OUT
+    assert "still OUT of rotation (its drain record stays" in rescue.STILL_OUT
+    line = rescue.summary({"untouched": False}, "", 12, "systemctl restart sglang failed\n", drain_out=True)
+    assert line == "did not run; the first rescue step (exit 12): systemctl restart sglang failed"
+
+
+FAILED_AT = "the rollback itself FAILED at 'Restart': boom; kdtree's drop-in "
+
+
+@pytest.mark.parametrize(
+    ("rc", "putback", "said"),
+    [
+        (10, True, "could NOT be put back: disk full"),
+        (10, False, "could NOT be removed: disk full"),
+        (0, True, "was put back"),
+        (None, False, "was removed"),
+    ],
+)
+def test_a_rollback_that_failed_says_where_and_what_became_of_the_drop_in(rc, putback, said):
+    line = rescue.summary(
+        {"putback": putback}, "", rc, "disk full", failed_task="Restart", failed_msg="boom", unit="sglang-a"
+    )
+    assert line == FAILED_AT + said + "; check sglang-a.service by hand"
+
+
+def test_the_rollback_line_refuses_nothing_it_only_words():
+    line = rescue.summary(None, None, "10", ["odd"], failed_task=3, failed_msg={"a": 1})
+    assert line.startswith("the rollback itself FAILED at '3': {'a': 1}; kdtree's drop-in was removed")
+
+
 # ---------------------------------------------------------------------------------------------
 # the filter
 
