@@ -58,6 +58,14 @@ def test_check_mode_runs_the_module_and_changes_nothing(tmp_path):
     assert "check mode: would restart and watch sglang-test.service" in out.stdout
 
 
+def test_a_stock_wanted_run_checks_health_alone_and_passes_the_guard(tmp_path):
+    """{} (the rollback to stock) has no marker state: the guard passes and its message still renders
+    (Ansible renders fail_msg even when the assertion holds)."""
+    out = play(tmp_path, {**INPUTS, "kdtree_smoke_wanted": {}}, "--check")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "check mode: would restart and watch sglang-test.service" in out.stdout
+
+
 def test_each_role_variable_sets_the_module_option_of_its_name_as_the_argument_spec_says():
     """meta/argument_specs.yml says: kdtree_smoke_X sets the module option X, except the variables it
     names; the module's documentation describes the option. Pins that sentence to tasks/main.yml."""
