@@ -6,6 +6,7 @@ the deploy history and the preflight on the host); these filters only hand the r
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
@@ -20,18 +21,9 @@ def kdtree_dropin_env(inputs: Any) -> list[list[str]]:
         raise AnsibleFilterError(
             f"kdtree_dropin_env: the input must be a mapping, not {type(inputs).__name__}"
         )
-    known = {
-        "pythonpath",
-        "mode",
-        "lib",
-        "status_dir",
-        "status_interval",
-        "nccl_env",
-        "env_extra",
-        "unit_pythonpath",
-    }
-    unknown = sorted(set(inputs) - known)
-    missing = sorted({"pythonpath", "mode", "lib", "status_dir", "status_interval"} - set(inputs))
+    parameters = inspect.signature(dropin_env.env_pairs).parameters  # the inputs are its parameters
+    unknown = sorted(set(inputs) - set(parameters))
+    missing = sorted(name for name, p in parameters.items() if p.default is p.empty and name not in inputs)
     if unknown or missing:
         raise AnsibleFilterError(f"kdtree_dropin_env: unknown inputs {unknown}, missing inputs {missing}")
     try:

@@ -20,6 +20,7 @@ Stdlib only, no Ansible imports: tests/unit/plugins/plugin_utils/test__rescue.py
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -225,20 +226,14 @@ def summary(
 def plan_dict(facts: Mapping[str, Any]) -> dict[str, Any]:
     """plan() from one mapping of the facts (the filter's input), as a plain dict."""
     facts = _mapping(facts, "the rescue's facts")
-    known = {
-        "why",
-        "failed_action",
-        "rollback_plan",
-        "failed_digest",
-        "unit_before",
-        "unit_now",
-        "undo_rc",
-        "drain_out",
-    }
+    parameters = inspect.signature(plan).parameters  # the facts are plan()'s parameters, by name
+    known = set(parameters)
     unknown = sorted(set(facts) - known)
     if unknown:
         raise RescueInputError(f"unknown fact(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-    later = {"unit_now", "undo_rc", "drain_out"}  # not known yet in the first step: plan()'s defaults
-    given = {name: facts.get(name) for name in known - later}
-    given.update({name: facts[name] for name in later if name in facts})
+    # a fact of the first step that is missing counts as None; a later one takes plan()'s default
+    given = {name: facts.get(name) for name, p in parameters.items() if p.default is p.empty}
+    given.update(
+        {name: facts[name] for name, p in parameters.items() if p.default is not p.empty and name in facts}
+    )
     return asdict(plan(**given))

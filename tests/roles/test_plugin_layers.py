@@ -34,10 +34,15 @@ def imported_modules(path: Path) -> list[str]:
     return names
 
 
+def imports_matching(path: Path, pattern: re.Pattern[str]) -> list[str]:
+    """The modules the file imports whose name `pattern` finds."""
+    return [name for name in imported_modules(path) if pattern.search(name)]
+
+
 def controller_imports(path: Path) -> list[str]:
     """The imported modules that are controller code: plugins.<plugin_utils|filter|action>..., or a
     relative import of a sibling package of those names."""
-    return [name for name in imported_modules(path) if CONTROLLER.search(name)]
+    return imports_matching(path, CONTROLLER)
 
 
 @pytest.mark.parametrize("path", HOST_SIDE, ids=lambda p: str(p.relative_to(ROOT)))
@@ -71,7 +76,7 @@ def test_the_controller_code_lives_in_plugin_utils():
 
 def smoke_wing_imports(path: Path) -> list[str]:
     """The imported modules that are the smoke check's wing (module_utils._smoke...)."""
-    return [name for name in imported_modules(path) if SMOKE_WING.search(name)]
+    return imports_matching(path, SMOKE_WING)
 
 
 @pytest.mark.parametrize(
