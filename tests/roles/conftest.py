@@ -31,6 +31,10 @@ def _install_collection_finder() -> None:
         from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
     except ImportError:  # no Ansible in this venv: the tests that template skip
         return
+    # a run over several suites (pytest tests) imported the collection through sys.path already: those
+    # modules carry no collection metadata, so the finder imports the collection afresh
+    for name in [m for m in sys.modules if m.split(".")[0] == "ansible_collections"]:
+        del sys.modules[name]
     _AnsibleCollectionFinder(paths=[str(ROOT / "collections")])._install()
 
 
