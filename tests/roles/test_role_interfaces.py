@@ -57,6 +57,7 @@ def test_main_publishes_no_private_option(role):
 def test_the_rollback_role_publishes_only_what_a_user_sets():
     """The rescue's hand-over lives on the private `restore` entry point, underscored."""
     assert sorted(_main_options("kdtree_rollback")) == [
+        "kdtree_rollback_defer_failures",
         "kdtree_rollback_fail_on_unhealthy",
         "kdtree_rollback_lock_break",
         "kdtree_rollback_to",
