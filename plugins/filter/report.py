@@ -14,12 +14,18 @@ from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table 
 
 
 def kdtree_report_rows(
-    results: list[Any], hosts: list[str], decode_change_pct: float | None = None
+    results: list[Any],
+    hosts: list[str],
+    decode_change_pct: float | None = None,
+    outcomes: list[Any] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per host of `hosts` from the kdtree_report results registered on them (same order);
     a host without one (unreachable, failed earlier) gets a row that says so. A decode figure that
-    changed by more than decode_change_pct against the previous deploy is flagged."""
+    changed by more than decode_change_pct against the previous deploy is flagged. `outcomes` (same
+    order): each host's kdtree_common_outcome; a run that failed or stopped there is the row's
+    first problem."""
     results, hosts = list(results), [str(h) for h in hosts]
+    outcomes = None if outcomes is None else list(outcomes)
     if len(results) != len(hosts):
         raise AnsibleFilterError(f"kdtree_report_rows: {len(results)} results for {len(hosts)} hosts")
     if decode_change_pct is not None and not isinstance(decode_change_pct, (int, float)):
@@ -30,16 +36,21 @@ def kdtree_report_rows(
                 f"kdtree_report_rows: decode_change_pct {decode_change_pct!r} is not a number"
             ) from None
     try:
-        return report_table.rows(results, hosts, decode_change_pct)
+        return report_table.rows(results, hosts, decode_change_pct, outcomes)
     except ValueError as exc:
         raise AnsibleFilterError(f"kdtree_report_rows: {exc}") from None
 
 
-def kdtree_report_table(rows: list[dict[str, Any]]) -> str:
-    """The fixed-width table: a header and one line per row."""
+def kdtree_report_table(rows: list[dict[str, Any]], view: str = "full") -> str:
+    """The fixed-width table: full (every column, a line per host and per scheduler) or compact
+    (the main columns, a line per host, hosts with problems first)."""
     if not isinstance(rows, list):
         raise AnsibleFilterError("kdtree_report_table: expects the list kdtree_report_rows returns")
-    return report_table.format_table([dict(row) for row in rows])
+    if view not in report_table.VIEWS:
+        raise AnsibleFilterError(
+            f"kdtree_report_table: view {view!r} is not one of {', '.join(report_table.VIEWS)}"
+        )
+    return report_table.format_table([dict(row) for row in rows], view)
 
 
 class FilterModule:

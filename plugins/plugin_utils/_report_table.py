@@ -1,9 +1,11 @@
 """The fleet report's controller side: one row per host, and the one table that shows them.
 
 rows() turns the hosts' registered kdtree_report results (module_utils/_report.py, which owns a
-row's fields) into one row per host, a host without a result included. COLUMNS is the one list of
-the table's columns (key, header) and cells() fills them from a row; format_table() prints the
-header, a line per host and, under a host, a line per live scheduler. render() is the fixed-width
+row's fields) into one row per host, a host without a result included, and adds what this run did to
+the host when it failed or stopped there (its outcome). COLUMNS is the one list of the table's
+columns (key, header) and cells() fills them from a row; format_table() prints the full view (every
+column, a line per host and, under a host, a line per live scheduler) or the compact one
+(COMPACT_COLUMNS, hosts with problems first, no scheduler lines). render() is the fixed-width
 layout every kdtree table uses (the report's, the promotion's). A new column is one COLUMNS entry
 and its cell in cells() (and, when a scheduler has it, in scheduler_cells()).
 
@@ -48,6 +50,17 @@ COLUMNS = (
     ("notes", "NOTES"),
 )
 
+# The compact view's columns (a subset of COLUMNS, same cells): what an operator reads first.
+COMPACT_COLUMNS = tuple(
+    column
+    for column in COLUMNS
+    if column[0]
+    in ("host", "ok", "mode", "build", "sglang", "health", "patched", "kernel", "speedup", "last", "notes")
+)
+VIEWS = ("compact", "full")
+# What a run's outcome (kdtree.fleet.kdtree_common's kdtree_common_outcome) adds to a host's problems.
+OUTCOME_RESULTS = ("failed", "stopped")
+
 
 # How the DECODE cell writes each figure of module_utils/_decode.FIGURES: (label, unit, scale, digits).
 DECODE_CELL = {
@@ -66,13 +79,34 @@ def decode_change(row: dict[str, Any], threshold_pct: float | None) -> dict[str,
     return change
 
 
+def outcome_problem(outcome: Any, host: str) -> str | None:
+    """What this run did to a host, as a problem of its row: the first line of the message its failed
+    or stopped run recorded; None when the run did not fail or stop there."""
+    if not isinstance(outcome, dict) or outcome.get("result") not in OUTCOME_RESULTS:
+        return None
+    play = str(outcome.get("play") or "run")
+    lines = str(outcome.get("msg") or "").strip().splitlines()
+    first = lines[0] if lines else "?"
+    # the message names the run and the host (kdtree_common's failed and stop entry points): not again
+    for prefix in (f"kdtree {play} FAILED on {host}", f"kdtree {play} FAILED", f"kdtree {play}:"):
+        first = first.removeprefix(prefix)
+    first = first.lstrip(" ;:") or "?"
+    return f"this {play} {outcome['result'].upper()}: {report.short(first, 120)}"
+
+
 def rows(
-    results: list[Any], hosts: list[str], decode_change_pct: float | None = None
+    results: list[Any],
+    hosts: list[str],
+    decode_change_pct: float | None = None,
+    outcomes: list[Any] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per host, in `hosts` order, from each host's registered module result; a host
     without a row (unreachable, failed before the report) gets one that says so. Every row gets
     `decode_change` (decode_change(): a change of more than decode_change_pct is flagged; None
-    flags nothing)."""
+    flags nothing). `outcomes` (same order, optional): each host's kdtree_common_outcome; a run that
+    failed or stopped on a host puts that first among the row's problems (outcome_problem())."""
+    if outcomes is not None and len(outcomes) != len(hosts):
+        raise ValueError(f"{len(outcomes)} outcomes for {len(hosts)} hosts")
     out = []
     for host, result in zip(hosts, results, strict=True):
         result = result if isinstance(result, dict) else {}
@@ -87,6 +121,10 @@ def rows(
         else:
             why = "no report (the host failed or was skipped earlier in this run)"
         out.append({"host": host, "errors": [why], "problems": [why]})
+    for row, outcome in zip(out, outcomes or [None] * len(out), strict=True):
+        problem = outcome_problem(outcome, row["host"])
+        if problem:
+            row["problems"] = [problem, *(row.get("problems") or [])]
     return [{**row, "decode_change": decode_change(row, decode_change_pct)} for row in out]
 
 
@@ -248,10 +286,28 @@ def render(columns: tuple[tuple[str, str], ...], lines: list[dict[str, str]]) ->
     return "\n".join([line(dict(columns)), *(line(c) for c in lines)])
 
 
-def format_table(table_rows: list[dict[str, Any]]) -> str:
-    """The report: a header line and one line per row; under a host whose row lists its live
+def compact_cells(row: dict[str, Any]) -> dict[str, str]:
+    """A host's line in the compact view: cells() without the why of a failed last deploy (NOTES
+    carries the problems)."""
+    values = cells(row)
+    last = row.get("last_deploy") or {}
+    if last and values.get("last", NONE) != NONE:
+        values["last"] = " ".join(values["last"].split(" ")[:2])
+    return values
+
+
+def format_table(table_rows: list[dict[str, Any]], view: str = "full") -> str:
+    """The report. full: a header line and one line per row; under a host whose row lists its live
     schedulers (`schedulers`), one indented line per scheduler with its own counts (KERNEL: that
-    scheduler's kernel calls)."""
+    scheduler's kernel calls). compact: COMPACT_COLUMNS, one line per host, the hosts with problems
+    first (each group in the rows' order)."""
+    if view not in VIEWS:
+        raise ValueError(f"view {view!r} is not one of {', '.join(VIEWS)}")
+    if view == "compact":
+        ordered = [r for r in table_rows if r.get("problems")] + [
+            r for r in table_rows if not r.get("problems")
+        ]
+        return render(COMPACT_COLUMNS, [compact_cells(row) for row in ordered])
     lines = []
     for row in table_rows:
         lines.append(cells(row))

@@ -191,6 +191,70 @@ def test_rows_keep_the_hosts_order_and_give_every_host_a_row():
         report_filter.kdtree_report_rows([{}, {}], ["a"])
 
 
+_FAILED = {
+    "play": "deploy",
+    "result": "failed",
+    "msg": "kdtree deploy FAILED on b; the host was rolled back to STOCK.\nWHY: smoke: crashed\nROLLBACK: ok",
+}
+_STOPPED = {
+    "play": "deploy",
+    "result": "stopped",
+    "msg": "kdtree deploy: not deploying to c: the rollout stopped because b failed in an earlier batch.",
+}
+
+
+def test_a_run_that_failed_or_stopped_on_a_host_is_the_first_problem_of_its_row():
+    results = [{"row": _row("x")} for _ in range(4)]
+    outcomes = [{}, _FAILED, _STOPPED, {"play": "deploy", "result": "ok"}]
+    rows = report_filter.kdtree_report_rows(results, ["a", "b", "c", "d"], outcomes=outcomes)
+    assert [r["problems"] for r in rows] == [
+        [],
+        ["this deploy FAILED: the host was rolled back to STOCK."],
+        [
+            "this deploy STOPPED: not deploying to c: the rollout stopped because b failed"
+            " in an earlier batch."
+        ],
+        [],
+    ]
+    with pytest.raises(Exception, match="1 outcomes for 4 hosts"):
+        report_filter.kdtree_report_rows(results, ["a", "b", "c", "d"], outcomes=[{}])
+
+
+def test_the_compact_view_has_one_line_per_host_with_problems_first_and_the_main_columns():
+    with_schedulers = {"schedulers": [{"pid": 7, "title": "sglang::scheduler_TP0", "state": "active"}]}
+    rows = report_filter.kdtree_report_rows(
+        [{"row": _row("x", **with_schedulers)} for _ in range(3)], ["a", "b", "c"], outcomes=[{}, _FAILED, {}]
+    )
+    compact = report_filter.kdtree_report_table(rows, "compact").splitlines()
+    full = report_filter.kdtree_report_table(rows, "full").splitlines()
+    assert [line.split()[0] for line in compact] == ["HOST", "b", "a", "c"]  # b has a problem: first
+    assert compact[0].split() == " ".join(title for _key, title in report_table.COMPACT_COLUMNS).split()
+    assert compact[1].split()[1] == "CHECK" and compact[1].endswith(
+        "this deploy FAILED: the host was rolled back to STOCK."
+    )
+    assert len(full) == 1 + 3 * 2  # a line per host and per scheduler, in the rows' order
+    assert [line.split()[0] for line in full[1::2]] == ["a", "b", "c"]
+    assert max(map(len, compact)) < max(map(len, full))
+    assert report_filter.kdtree_report_table(rows) == "\n".join(full)  # full stays the filter's default
+    with pytest.raises(Exception, match="view 'wide' is not one of compact, full"):
+        report_filter.kdtree_report_table(rows, "wide")
+
+
+def test_the_compact_view_keeps_the_last_deploys_result_and_time_not_its_why():
+    row = _row(
+        "a",
+        last_deploy={
+            "result": "rolled_back",
+            "when": "2026-11-30T12:00:00Z",
+            "why": "smoke: crashed",
+            "rolled_back_to": "stock",
+        },
+    )
+    line = report_table.format_table([row], "compact").splitlines()[1]
+    assert "rolled_back->stock 2026-11-30T12:00:00Z" in line and "smoke: crashed" not in line
+    assert "smoke: crashed" in report_table.format_table([row], "full")
+
+
 # ---------------------------------------------------------------------------------------------
 # a row gathered on a fixture host, as the table shows it
 
