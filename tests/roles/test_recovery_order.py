@@ -217,13 +217,20 @@ def test_every_condition_of_the_rescue_and_the_plan_parses():
 
 
 def test_the_rollback_role_is_the_whole_run_under_the_hosts_lock():
-    """Calling kdtree_rollback by name takes the lock, recovers a killed run's drain, restores and
-    always unlocks, as kdtree_deploy does; playbooks/rollback.yml is play keywords plus this role."""
+    """Calling kdtree_rollback by name stops when a host of an earlier batch failed, takes the lock,
+    recovers a killed run's drain, restores, records a failure (rescue) and always unlocks, then
+    ends a failed host, as kdtree_deploy does; playbooks/rollback.yml is play keywords plus this role."""
     main = load_yaml(ROLLBACK / "main.yml")
-    lock = main[0]["ansible.builtin.import_role"]
-    assert (lock["name"], lock["tasks_from"]) == ("kdtree.fleet.kdtree_common", "lock")
-    assert main[0]["vars"]["kdtree_common_lock_play"] == "rollback"
-    block, always = main[1]["block"], main[1]["always"]
+    steps = [
+        (t["ansible.builtin.import_role"]["name"], t["ansible.builtin.import_role"]["tasks_from"])
+        for t in (main[0], main[1], main[3])
+    ]
+    assert steps == [("kdtree.fleet.kdtree_common", e) for e in ("stop", "lock", "end")]
+    assert main[0]["vars"]["kdtree_common_outcome_play"] == "rollback"
+    assert main[1]["vars"]["kdtree_common_lock_play"] == "rollback"
+    block, always = main[2]["block"], main[2]["always"]
+    failed = main[2]["rescue"][0]["ansible.builtin.import_role"]
+    assert (failed["name"], failed["tasks_from"]) == ("kdtree.fleet.kdtree_common", "failed")
     recover = block[0]["ansible.builtin.include_role"]
     assert (recover["name"], recover["tasks_from"]) == ("kdtree.fleet.kdtree_drain", "recover")
     assert block[1]["ansible.builtin.import_tasks"] == "restore.yml"
