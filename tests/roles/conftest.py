@@ -17,7 +17,6 @@ ROOT = Path(__file__).resolve().parents[2]
 ROLES = ROOT / "roles"
 # The patch as this repository ships it (the smoke check loads <patch dir>/kdtree_verify/telemetry/marker.py).
 PATCH_DIR = ROOT / "files" / "sglang_ext"
-ROLE_NAMES = sorted(p.name for p in ROLES.iterdir() if (p / "defaults" / "main.yml").exists())
 MODULE_NAMES = sorted(f"kdtree.fleet.{p.stem}" for p in (ROOT / "plugins" / "modules").glob("*.py"))
 ANSIBLE_BIN = Path(sys.executable).parent
 needs_ansible = pytest.mark.skipif(not (ANSIBLE_BIN / "ansible-doc").exists(), reason="needs the tools venv")

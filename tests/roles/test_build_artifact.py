@@ -4,7 +4,7 @@ installs the artifact; a tampered artifact is refused on the host; another nvcc 
 driver is checked against the toolkit (files/csrc/build.sh --min-driver-for); check mode says the path.
 The kernel is the host test double (tests/doubles/hostlib, g++ in seconds, the build role's interface);
 nvcc is a wrapper script that prints a version (only nvcc 13.0 exists on these machines). The build root
-is a scratch directory the role accepts from any clone, /tmp/<clone> included (scratch_root.py: the
+is a scratch directory the role accepts from any clone, /tmp/<clone> included (helpers/scratch_root.py: the
 clone's build/ when its path is root-owned and not group/world-writable, else a safe parent of its own)."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
+from ansible_collections.kdtree.fleet.tests.roles.helpers.scratch_root import safe_parent
 from conftest import PLAYBOOK_BIN, ROOT, run_play
-from scratch_root import safe_parent
 
 pytestmark = [
     pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv"),

@@ -2,7 +2,7 @@
 per-file loop), through ansible-playbook on localhost: the installed tree is the source's, byte for byte,
 root-owned, directories 0755 and files 0644; a second run changes nothing; a drifted copy (a mode, a stray
 file) is replaced as a whole. The patch root is a scratch directory the role accepts from any clone,
-/tmp/<clone> included (scratch_root.py; the role refuses a root under /tmp itself)."""
+/tmp/<clone> included (helpers/scratch_root.py; the role refuses a root under /tmp itself)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.kdtree.fleet.tests.roles.helpers.scratch_root import scratch_root
 from conftest import PATCH_DIR, PLAYBOOK_BIN, ROOT, run_play
-from scratch_root import scratch_root
 
 pytestmark = pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv")
 

@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils import fake_host
+from ansible_collections.kdtree.fleet.tests.unit.helpers import fake_host
 from conftest import PATCH_DIR, ROOT
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/cgroup").exists(), reason="needs Linux /proc")

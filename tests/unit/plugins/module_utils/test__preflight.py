@@ -10,8 +10,8 @@ import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils import _path_safety as path_safety
 from ansible_collections.kdtree.fleet.plugins.module_utils import _preflight as preflight
 from ansible_collections.kdtree.fleet.plugins.module_utils._unit_env import service_settings
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.unit_checks import (
+from ansible_collections.kdtree.fleet.tests.unit.helpers.collection_tree import PATCH_DIR
+from ansible_collections.kdtree.fleet.tests.unit.helpers.unit_checks import (
     MANAGED,
     run_unit_checks,
 )

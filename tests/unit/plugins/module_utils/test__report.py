@@ -20,7 +20,7 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import _history as hi
 from ansible_collections.kdtree.fleet.plugins.module_utils import _report as report
 from ansible_collections.kdtree.fleet.plugins.module_utils import _speed as speed_module
 from ansible_collections.kdtree.fleet.plugins.modules import kdtree_report
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.report_host import (
+from ansible_collections.kdtree.fleet.tests.unit.helpers.report_host import (
     DOUBLE_CMDLINE,
     ENGINE_CMDLINE,
     METRICS_TEXT,

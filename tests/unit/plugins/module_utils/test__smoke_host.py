@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils._patch_files import MARKER_FILE
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils import fake_host
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR, ROOT
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.smoke_fakes import INVOCATION
+from ansible_collections.kdtree.fleet.tests.unit.helpers import fake_host
+from ansible_collections.kdtree.fleet.tests.unit.helpers.collection_tree import PATCH_DIR, ROOT
+from ansible_collections.kdtree.fleet.tests.unit.helpers.smoke_fakes import INVOCATION
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/cgroup").exists(), reason="needs Linux /proc")
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils._smoke import check as sc
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.smoke_fakes import Host, params
+from ansible_collections.kdtree.fleet.tests.unit.helpers.collection_tree import PATCH_DIR
+from ansible_collections.kdtree.fleet.tests.unit.helpers.smoke_fakes import Host, params
 
 SECRET = "sk-test-8c1f0e2d-do-not-print"
 

@@ -4,7 +4,7 @@ file, a status directory, a build, a history and a fake `systemctl show`; a /hea
 process. Used by the report's and the promotion's unit tests and by tests/roles/test_sglang_window.py.
 
 Imported by its collection path
-(`ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.report_host`), as ansible-test units
+(`ansible_collections.kdtree.fleet.tests.unit.helpers.report_host`), as ansible-test units
 imports test files; `host` and `health_server` are fixtures, imported by the test modules that use them.
 """
 
@@ -23,7 +23,7 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import _history as hi
 from ansible_collections.kdtree.fleet.plugins.module_utils import _report as report
 from ansible_collections.kdtree.fleet.plugins.module_utils import _unit_env as unit_env
 from ansible_collections.kdtree.fleet.plugins.modules import kdtree_report
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR
+from ansible_collections.kdtree.fleet.tests.unit.helpers.collection_tree import PATCH_DIR
 
 CGROUP = "/system.slice/sglang-test.service"
 NCCL = {"NCCL_P2P_LEVEL": "SYS", "NCCL_ALGO": "Ring"}
