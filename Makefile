@@ -49,22 +49,22 @@ lint: venv $(LINT_TARGETS)
 	$(VBIN)/yamllint -s .
 
 # make test runs in three phases, each side by side on TEST_JOBS (2) cores, every target's output
-# printed whole when it ends: 1. lint and the roles' tests beside what the suites install (TEST_PREP:
-# venvs, the engine's model, the wheels, the image); 2. the molecule scenarios (MOLECULE_JOBS at a time);
-# 3. every other suite (TEST_TARGETS without the first two; the components' files add them). A target
-# that fails stops its phase once the targets running beside it end.
+# printed whole when it ends: 1. lint, the roles' tests and the repository-wide checks beside what the
+# suites install (TEST_PREP: venvs, the engine's model, the wheels, the image); 2. the molecule
+# scenarios (MOLECULE_JOBS at a time); 3. every other suite (TEST_TARGETS without the first two; the
+# components' files add them). A target that fails stops its phase once the targets running beside it end.
 TEST_JOBS ?= 2
 TEST_PREP := testhost-image sglang-venv engine-model sglang-venv-oldest publish-venvs router-venv sglang-wheels
 # phase 3 starts the longest first (make -j takes the list in order), the rest as the files list them
 TEST_LONGEST := test-drain-traffic test-publish test-drain-fast test-kernel mutation-check test-testhosts
 TEST_LAST := $(foreach t,$(TEST_LONGEST),$(filter $(t),$(TEST_TARGETS))) \
-  $(filter-out test-roles-fast test-molecule $(TEST_LONGEST),$(TEST_TARGETS))
+  $(filter-out test-roles-fast test-repository test-molecule $(TEST_LONGEST),$(TEST_TARGETS))
 TEST_PHASE = start=$$(date +%s); $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target
 
 # Every test (lint first); installs what it needs. CI runs this on a fresh clone.
 test: venv
-	@$(TEST_PHASE) lint test-roles-fast $(TEST_PREP) test-kernel-cpu && \
-	  echo "make test: phase 1 (lint, roles, set-up, kernel on the CPU) passed in $$(( $$(date +%s) - start )) s"
+	@$(TEST_PHASE) lint test-roles-fast test-repository $(TEST_PREP) test-kernel-cpu && \
+	  echo "make test: phase 1 (lint, roles, repository, set-up, kernel on the CPU) passed in $$(( $$(date +%s) - start )) s"
 	@start=$$(date +%s); $(MAKE) --no-print-directory test-molecule && \
 	  echo "make test: phase 2 (molecule) passed in $$(( $$(date +%s) - start )) s"
 	@$(TEST_PHASE) $(TEST_LAST) && echo "make test: phase 3 ($(TEST_LAST)) passed in $$(( $$(date +%s) - start )) s"

@@ -1,5 +1,5 @@
 # The kdtree.fleet collection: roles/, plugins/, playbooks/, molecule/, inventory/ (docs/operations.md).
-.PHONY: demo lint-ansible test-roles-fast test-units-fast test-molecule test-molecule-default test-molecule-crash \
+.PHONY: demo lint-ansible test-roles-fast test-repository test-units-fast test-molecule test-molecule-default test-molecule-crash \
 	test-molecule-rollback test-molecule-operator test-molecule-batch test-molecule-faults test-molecule-consumer test-molecule-engine collection bench-smoke bench-noop bench-fleet
 
 FLEET_LOG_DIR := $(ROOT)/.cache/fleet
@@ -22,11 +22,19 @@ lint-ansible: venv
 collection: venv
 	$(VBIN)/ansible-galaxy collection build --force --output-path build .
 
-# The roles, playbooks and repository-wide checks (no containers).
-# The roles and the tools around them: role interfaces, the drop-in template, modules and roles run
-# through ansible/ansible-playbook on localhost (no containers). The plugins' own logic: tests/unit.
+# The roles, playbooks and modules run on localhost (no containers).
+# The roles and the tools around them: the drop-in template, modules and roles run through
+# ansible/ansible-playbook on localhost (no containers). The plugins' own logic: tests/unit; the checks
+# of the repository as a whole: tests/repository (test-repository).
 test-roles-fast: venv
 	$(VBIN)/pytest -q tests/roles
+
+# The repository-wide checks: docs, make targets, role interfaces, plugin layers.
+# What holds across the repository, read from its files (tests/repository): names and paths the docs
+# give exist, every make target is listed in `make help`, each role's interface is declared once, one
+# owner per fact, module_utils import nothing of the controller's, the whole test tree collects.
+test-repository: venv
+	$(VBIN)/pytest -q tests/repository
 
 # The plugins' unit tests (tests/unit) with the tools venv's pytest; make test runs them with
 # ansible-test units instead (test-publish-units, mk/publish.mk).
@@ -98,5 +106,5 @@ bench-fleet: venv collection-link testhost-image
 	$(VBIN)/python bench/fleet.py --sizes $(BENCH_FLEET_SIZES)
 
 LINT_TARGETS += lint-ansible
-TEST_FAST_TARGETS += test-roles-fast test-units-fast
-TEST_TARGETS += test-roles-fast test-molecule
+TEST_FAST_TARGETS += test-roles-fast test-repository test-units-fast
+TEST_TARGETS += test-roles-fast test-repository test-molecule

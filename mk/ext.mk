@@ -37,7 +37,7 @@ sglang-venv-oldest: system-deps
 # Also the dashboard's SGLang series against that venv's sources (make test-roles-fast may skip it).
 test-sglang: venv sglang-venv
 	KDTREE_SGLANG_RELEASE=$(SGLANG_NEWEST) $(SGLANG_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/ext/sglang
-	KDTREE_REQUIRE_SGLANG_VENV=1 $(VBIN)/pytest -q -p no:cacheprovider tests/roles/test_monitoring.py
+	KDTREE_REQUIRE_SGLANG_VENV=1 $(VBIN)/pytest -q -p no:cacheprovider tests/repository/test_monitoring.py
 
 # The same on the window's oldest release (not the launcher tests).
 # The same tests on the window's oldest release, on the stack it pins: the dispatch through SGLang's real

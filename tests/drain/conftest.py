@@ -8,16 +8,15 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils import _router as router
+from ansible_collections.kdtree.fleet.tests.helpers.polling import free_port, wait_until
 
 # the bounded client is the one molecule batch and make bench-drain use (scripts/testhosts/traffic.py)
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "testhosts"))
@@ -37,21 +36,6 @@ needs_router = pytest.mark.skipif(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 def _ok(url: str, key: str = "") -> bool:
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
     try:
@@ -65,7 +49,7 @@ class Double:
     """One SGLang test double on 127.0.0.1 (a 'host'); restart() is the service restart."""
 
     def __init__(self, tmp: Path, name: str) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.model = tmp / "model"
         self.model.mkdir(exist_ok=True)
@@ -88,7 +72,7 @@ class Double:
             self.proc = subprocess.Popen(
                 cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
-        _wait(lambda: _ok(self.url + "/health"), 20, f"double {self.url} healthy")
+        wait_until(lambda: _ok(self.url + "/health"), 20, f"double {self.url} healthy")
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -103,10 +87,10 @@ class Double:
 
 class Router:
     def __init__(self, tmp: Path, workers: list[str], *extra: str) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [str(ROUTER_BIN), "launch", "--host", "127.0.0.1", "--port", str(self.port)]
-        cmd += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(_free_port())]
+        cmd += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
         cmd += ["--policy", "round_robin", "--api-key", KEY, "--worker-urls", *workers, *extra]
         self.log = (tmp / f"router-{self.port}.log").open("w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -118,7 +102,7 @@ class Router:
             except router.RouterError:
                 return False
 
-        _wait(ready, 30, "router with every worker healthy")
+        wait_until(ready, 30, "router with every worker healthy")
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -19,7 +19,8 @@ from typing import ClassVar
 import pytest
 import yaml
 from ansible_collections.kdtree.fleet.plugins.module_utils import _router as router
-from conftest import KEY, ROOT, _free_port
+from ansible_collections.kdtree.fleet.tests.helpers.polling import free_port
+from conftest import KEY, ROOT
 
 BIN = Path(sys.executable).parent
 
@@ -149,17 +150,20 @@ def test_recover_keeps_an_unhealthy_host_out_and_rejoins_it_once_healthy(fleet, 
     assert not (tmp_path / "h0-drain.json").exists()
 
 
+def _logging_hooks(tmp_path: Path, line: str, **role_vars: object) -> tuple[Path, dict]:
+    """Hooks mode whose drain and rejoin commands each append `line` (shell words of the hook's
+    environment) to a log: the log and the role's variables (`role_vars` added)."""
+    log = tmp_path / "hooks.log"
+    hook = ["sh", "-c", f'echo "{line}" >> {log}']
+    commands = {"kdtree_drain_drain_command": hook, "kdtree_drain_rejoin_command": hook}
+    return log, {"kdtree_drain_mode": "hooks", **commands, **role_vars}
+
+
 def test_hooks_run_on_the_controller_with_the_host_and_the_share_counts_the_play(
     fleet, tmp_path: Path
 ) -> None:
     _, doubles = fleet(hosts=2)
-    log = tmp_path / "hooks.log"
-    hook = ["sh", "-c", f'echo "$KDTREE_DRAIN_ACTION $KDTREE_DRAIN_HOST $KDTREE_DRAIN_WORKER_URL" >> {log}']
-    hooks = {
-        "kdtree_drain_mode": "hooks",
-        "kdtree_drain_drain_command": hook,
-        "kdtree_drain_rejoin_command": hook,
-    }
+    log, hooks = _logging_hooks(tmp_path, "$KDTREE_DRAIN_ACTION $KDTREE_DRAIN_HOST $KDTREE_DRAIN_WORKER_URL")
     rc, text = _play(tmp_path, "drain,rejoin", "all", hooks, doubles, limit="h1")
     assert rc == 0, text
     assert log.read_text().splitlines() == [f"drain h1 {doubles[1].url}", f"rejoin h1 {doubles[1].url}"]
@@ -204,14 +208,8 @@ def test_strategy_free_hosts_checking_together_never_exceed_the_share(fleet, tmp
 
 def test_strategy_free_hooks_count_a_host_of_the_batch_already_out(fleet, tmp_path: Path) -> None:
     _, doubles = fleet(hosts=3)
-    log = tmp_path / "hooks.log"
-    hook = ["sh", "-c", f'echo "$KDTREE_DRAIN_ACTION $KDTREE_DRAIN_HOST" >> {log}']
-    hooks = {
-        "kdtree_drain_mode": "hooks",
-        "kdtree_drain_drain_command": hook,
-        "kdtree_drain_rejoin_command": hook,
-        "kdtree_drain_max_share": 0.5,
-    }
+    line = "$KDTREE_DRAIN_ACTION $KDTREE_DRAIN_HOST"
+    log, hooks = _logging_hooks(tmp_path, line, kdtree_drain_max_share=0.5)
     rc, text = _play(tmp_path, "drain", "all", hooks, doubles, strategy="free", delays=(0, 3, 6))
     assert rc != 0 and _refused(text) == ["h1", "h2"], text
     assert "refusing to drain 2 of the play's 3 hosts at once (at most 1" in text
@@ -262,7 +260,7 @@ def test_recover_never_acts_on_a_planted_record_naming_another_router_or_worker(
     assert rc == 0, text
     path = tmp_path / "h0-drain.json"
     genuine = json.loads(path.read_text())
-    foreign = f"http://127.0.0.1:{_free_port()}"
+    foreign = f"http://127.0.0.1:{free_port()}"
     before = _entries(rtr)
     for planted, says in (
         ({"router_url": evil, "worker_url": foreign}, "names the router"),

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils import _http_client as http_client
 from ansible_collections.kdtree.fleet.plugins.module_utils import _router as router
-from conftest import KEY, Double, Traffic, _free_port, _wait
+from ansible_collections.kdtree.fleet.tests.helpers.polling import free_port, wait_until
+from conftest import KEY, Double, Traffic
 
 
 def _restart(host: Double, client: router.Router | None) -> None:
@@ -62,7 +63,7 @@ def test_the_key_is_sent_and_never_shown(fleet) -> None:
 def test_wait_for_a_worker_that_never_comes_fails_naming_it(fleet, tmp_path: Path) -> None:
     rtr, _ = fleet(hosts=1)
     client = router.Router(rtr.url, KEY, timeout_s=5)
-    dead = f"http://127.0.0.1:{_free_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     client.add(dead)
     with pytest.raises(router.RouterError, match=r"not listed and healthy within 1\.5 s"):
         client.wait_for(dead, present=True, timeout_s=1.5)
@@ -77,7 +78,7 @@ def test_in_flight_is_read_from_sglang_and_its_timeout_is_a_failure(fleet) -> No
         kwargs={"timeout_s": 10, "body": b"{}"},
     )
     slow.start()
-    _wait(lambda: router.in_flight(one.url, timeout_s=5) == 1, 5, "one request in flight")
+    wait_until(lambda: router.in_flight(one.url, timeout_s=5) == 1, 5, "one request in flight")
     with pytest.raises(router.InFlightTimeout, match=r"1 request\(s\) still in flight"):
         router.wait_idle(one.url, timeout_s=0.05, settle_s=0)
     assert router.wait_idle(one.url, timeout_s=10)["in_flight"] == 0
@@ -157,4 +158,4 @@ def test_in_flight_refuses_odd_evidence_and_counts_a_refused_port_as_idle() -> N
         router.in_flight("http://h:1", 1, request=failing)
     two = b'{"loads": [{"num_running_reqs": 1, "num_waiting_reqs": 1}, {"num_running_reqs": 0}]}'
     assert router.in_flight("http://h:1", 1, request=answer(two)) == 2
-    assert router.in_flight(f"http://127.0.0.1:{_free_port()}", 2) == 0
+    assert router.in_flight(f"http://127.0.0.1:{free_port()}", 2) == 0

@@ -6,6 +6,7 @@ import functools
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,6 @@ ROOT = Path(__file__).resolve().parents[2]
 ROLES = ROOT / "roles"
 # The patch as this repository ships it (the smoke check loads <patch dir>/kdtree_verify/telemetry/marker.py).
 PATCH_DIR = ROOT / "files" / "sglang_ext"
-ROLE_NAMES = sorted(p.name for p in ROLES.iterdir() if (p / "defaults" / "main.yml").exists())
 MODULE_NAMES = sorted(f"kdtree.fleet.{p.stem}" for p in (ROOT / "plugins" / "modules").glob("*.py"))
 ANSIBLE_BIN = Path(sys.executable).parent
 needs_ansible = pytest.mark.skipif(not (ANSIBLE_BIN / "ansible-doc").exists(), reason="needs the tools venv")
@@ -69,6 +69,26 @@ def run_play(
     """Write one play to the playbook `path` and run it on localhost (ON_LOCALHOST) with run_ansible."""
     path.write_text(yaml.safe_dump([play]))
     return run_ansible("ansible-playbook", *ON_LOCALHOST, str(path), *extra, env=env)
+
+
+def role_play(
+    role: str, role_vars: dict, *, tasks_from: str | None = None, module_defaults: dict | None = None
+) -> dict:
+    """A play on localhost, without facts, that imports the role kdtree.fleet.<role> (its entry point
+    `tasks_from`, else main) with `role_vars`; `module_defaults` as a play's (e.g. a scratch history)."""
+    imported = {"name": f"kdtree.fleet.{role}", **({"tasks_from": tasks_from} if tasks_from else {})}
+    return {
+        "name": role,
+        "hosts": "localhost",
+        "gather_facts": False,
+        "module_defaults": module_defaults or {},
+        "tasks": [{"name": "Run the role", "ansible.builtin.import_role": imported, "vars": role_vars}],
+    }
+
+
+def one_line(proc: subprocess.CompletedProcess) -> tuple[int, str]:
+    """A run's exit status and its stdout + stderr with every run of whitespace made one space."""
+    return proc.returncode, re.sub(r"\s+", " ", proc.stdout + proc.stderr)
 
 
 def ansible_doc(*args: str) -> subprocess.CompletedProcess:

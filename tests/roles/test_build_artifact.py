@@ -4,7 +4,7 @@ installs the artifact; a tampered artifact is refused on the host; another nvcc 
 driver is checked against the toolkit (files/csrc/build.sh --min-driver-for); check mode says the path.
 The kernel is the host test double (tests/doubles/hostlib, g++ in seconds, the build role's interface);
 nvcc is a wrapper script that prints a version (only nvcc 13.0 exists on these machines). The build root
-is a scratch directory the role accepts from any clone, /tmp/<clone> included (scratch_root.py: the
+is a scratch directory the role accepts from any clone, /tmp/<clone> included (helpers/scratch_root.py: the
 clone's build/ when its path is root-owned and not group/world-writable, else a safe parent of its own)."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
+from ansible_collections.kdtree.fleet.tests.roles.helpers.scratch_root import safe_parent
 from conftest import PLAYBOOK_BIN, ROOT, run_play
-from scratch_root import safe_parent
 
 pytestmark = [
     pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv"),
@@ -188,13 +188,21 @@ def test_another_nvcc_version_compiles_anew(first_build, fleet):
     assert rc != 0 and "holds 2 artifacts of this source for different toolkits" in out, out[-3000:]
 
 
+def _refused_without_nvcc(fleet, host: str, message: str) -> str:
+    """The build role on `host` with no compiler fails naming `message` and leaves no builds directory:
+    its output."""
+    rc, out, _ = _deploy_build(fleet, host, kdtree_build_nvcc="/nonexistent/bin/nvcc")
+    assert rc != 0
+    assert message in out, out[-3000:]
+    assert not (fleet["base"] / host / "builds").exists()
+    return out
+
+
 def test_a_host_without_nvcc_and_no_artifact_is_refused_before_anything_changes(fleet):
     shutil.rmtree(fleet["cache"])
-    rc, out, _ = _deploy_build(fleet, "host1", kdtree_build_nvcc="/nonexistent/bin/nvcc")
-    assert rc != 0
-    assert "nvcc is missing or broken on localhost (/nonexistent/bin/nvcc)" in out, out[-3000:]
+    missing = "nvcc is missing or broken on localhost (/nonexistent/bin/nvcc)"
+    out = _refused_without_nvcc(fleet, "host1", missing)
     assert "No artifact of this source, arch and flags is in the build cache" in out
-    assert not (fleet["base"] / "host1" / "builds").exists()
 
 
 def test_a_relative_kernel_source_is_refused_before_anything_changes(fleet):
@@ -284,23 +292,21 @@ def test_a_cache_planted_by_another_user_is_refused_before_anything_changes(firs
     are never installed: refused on the controller, naming the path and why, before the host changes."""
     first = first_build[2]
     os.chown(fleet["cache"], OTHER_UID, -1)
-    rc, out, _ = _deploy_build(fleet, "host2", kdtree_build_nvcc="/nonexistent/bin/nvcc")
-    assert rc != 0
-    assert (
+    _refused_without_nvcc(
+        fleet,
+        "host2",
         f"kdtree_build: refusing the build cache {fleet['cache']} on the controller: "
-        f"{fleet['cache']} is owned by uid {OTHER_UID}, not root" in out
-    ), out[-3000:]
-    assert not (fleet["base"] / "host2" / "builds").exists()
+        f"{fleet['cache']} is owned by uid {OTHER_UID}, not root",
+    )
     # the cache is ours again, but the artifact's library is another user's
     os.chown(fleet["cache"], 0, -1)
     os.chown(fleet["cache"] / first["id"] / "libkdtree_verify.so", OTHER_UID, -1)
-    rc, out, _ = _deploy_build(fleet, "host2", kdtree_build_nvcc="/nonexistent/bin/nvcc")
-    assert rc != 0
-    assert (
+    _refused_without_nvcc(
+        fleet,
+        "host2",
         f"kdtree_build: refusing the artifact {fleet['cache']}/{first['id']} of the build cache:"
-        f" {fleet['cache']}/{first['id']}/libkdtree_verify.so is owned by uid {OTHER_UID}" in out
-    ), out[-3000:]
-    assert not (fleet["base"] / "host2" / "builds").exists()
+        f" {fleet['cache']}/{first['id']}/libkdtree_verify.so is owned by uid {OTHER_UID}",
+    )
 
 
 def test_a_library_on_the_host_that_is_not_root_s_is_not_taken_as_present(first_build, fleet):

@@ -12,27 +12,19 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
-from conftest import PLAYBOOK_BIN, run_play
+from conftest import PLAYBOOK_BIN, one_line, role_play, run_play
 
 pytestmark = pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv")
 
 
 def _run(tmp_path: Path, entry: str, role_vars: dict) -> tuple[int, str]:
-    play = {
-        "name": "Common role",
-        "hosts": "localhost",
-        "gather_facts": False,
-        "module_defaults": {"kdtree.fleet.kdtree_history": {"path": str(tmp_path / "state.json")}},
-        "tasks": [
-            {
-                "name": "Run the entry point",
-                "ansible.builtin.import_role": {"name": "kdtree.fleet.kdtree_common", "tasks_from": entry},
-                "vars": role_vars,
-            }
-        ],
-    }
-    out = run_play(tmp_path / "common.yml", play)
-    return out.returncode, re.sub(r"\s+", " ", out.stdout + out.stderr)
+    play = role_play(
+        "kdtree_common",
+        role_vars,
+        tasks_from=entry,
+        module_defaults={"kdtree.fleet.kdtree_history": {"path": str(tmp_path / "state.json")}},
+    )
+    return one_line(run_play(tmp_path / "common.yml", play))
 
 
 SAFE = {"kdtree_common_safe_refusal": "kdtree_test: refusing X", "kdtree_common_safe_why": "Because."}

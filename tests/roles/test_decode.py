@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("ansible")  # the tools venv has it; the torch venv, which collects these too, does not
 from ansible_collections.kdtree.fleet.plugins.filter import report as report_filter
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.histories import (
+from ansible_collections.kdtree.fleet.tests.unit.helpers.histories import (
     measured_entries,
     record,
     report_row,

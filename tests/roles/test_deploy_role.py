@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import PLAYBOOK_BIN, ROLES, ROOT, load_yaml, run_play
+from conftest import PLAYBOOK_BIN, ROLES, ROOT, load_yaml, role_play, run_play
 
 COPIED = ("roles", "plugins", "files", "meta", "galaxy.yml")
 SKIPPED_MSG = "the service and smoke steps are skipped: they need"
@@ -32,20 +32,12 @@ def _collection_copy(tmp_path: Path) -> Path:
 
 
 def _deploy(tmp_path: Path, *extra: str, collections: Path | None = None) -> subprocess.CompletedProcess:
-    play = {
-        "name": "Deploy role",
-        "hosts": "localhost",
-        "gather_facts": False,
+    play = role_play(
+        "kdtree_deploy",
+        {"kdtree_patch_root": "/nonexistent-kdtree-deploy-test/patches"},
         # the lock on this machine goes to a scratch file, not /var/lib/kdtree
-        "module_defaults": {"kdtree.fleet.kdtree_lock": {"path": str(tmp_path / "lock.json")}},
-        "tasks": [
-            {
-                "name": "Deploy",
-                "ansible.builtin.import_role": {"name": "kdtree.fleet.kdtree_deploy"},
-                "vars": {"kdtree_patch_root": "/nonexistent-kdtree-deploy-test/patches"},
-            }
-        ],
-    }
+        module_defaults={"kdtree.fleet.kdtree_lock": {"path": str(tmp_path / "lock.json")}},
+    )
     env = {"ANSIBLE_COLLECTIONS_PATH": str(collections)} if collections is not None else None
     return run_play(tmp_path / "deploy.yml", play, *extra, env=env)
 

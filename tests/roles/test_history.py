@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("ansible")  # the tools venv has it; the torch venv, which collects these too, does not
 from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
 from ansible_collections.kdtree.fleet.plugins.modules import kdtree_history
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.histories import deploy, params
+from ansible_collections.kdtree.fleet.tests.unit.helpers.histories import deploy, params
 
 
 @pytest.fixture

@@ -2,18 +2,17 @@
 per-file loop), through ansible-playbook on localhost: the installed tree is the source's, byte for byte,
 root-owned, directories 0755 and files 0644; a second run changes nothing; a drifted copy (a mode, a stray
 file) is replaced as a whole. The patch root is a scratch directory the role accepts from any clone,
-/tmp/<clone> included (scratch_root.py; the role refuses a root under /tmp itself)."""
+/tmp/<clone> included (helpers/scratch_root.py; the role refuses a root under /tmp itself)."""
 
 from __future__ import annotations
 
-import re
 import stat
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PATCH_DIR, PLAYBOOK_BIN, ROOT, run_play
-from scratch_root import scratch_root
+from ansible_collections.kdtree.fleet.tests.roles.helpers.scratch_root import scratch_root
+from conftest import PATCH_DIR, PLAYBOOK_BIN, ROOT, one_line, role_play, run_play
 
 pytestmark = pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv")
 
@@ -27,21 +26,12 @@ def patch_root():
 
 
 def _install(tmp_path: Path, root: Path, source: Path = PATCH_DIR) -> tuple[int, str]:
-    play = {
-        "name": "Patch role",
-        "hosts": "localhost",
-        "gather_facts": False,
-        "module_defaults": {"kdtree.fleet.kdtree_history": {"path": str(tmp_path / "state.json")}},
-        "tasks": [
-            {
-                "name": "Install",
-                "ansible.builtin.import_role": {"name": "kdtree.fleet.kdtree_patch"},
-                "vars": {"kdtree_patch_root": str(root), "kdtree_patch_source_dir": str(source)},
-            }
-        ],
-    }
-    proc = run_play(tmp_path / "patch.yml", play)
-    return proc.returncode, re.sub(r"\s+", " ", proc.stdout + proc.stderr)
+    play = role_play(
+        "kdtree_patch",
+        {"kdtree_patch_root": str(root), "kdtree_patch_source_dir": str(source)},
+        module_defaults={"kdtree.fleet.kdtree_history": {"path": str(tmp_path / "state.json")}},
+    )
+    return one_line(run_play(tmp_path / "patch.yml", play))
 
 
 def _tree(path: Path) -> dict[str, bytes]:

@@ -1,5 +1,6 @@
-"""The scratch roots of the role tests (scratch_root.py) obey the roles' rule for a root-loaded directory
-from any clone: a parent under /tmp (mode 1777) or with group write is passed over, never handed out."""
+"""The scratch roots of the role tests (helpers/scratch_root.py) obey the roles' rule for a root-loaded
+directory from any clone: a parent under /tmp (mode 1777) or with group write is passed over, never
+handed out."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from scratch_root import scratch_root, unsafe_reason
+from ansible_collections.kdtree.fleet.tests.roles.helpers.scratch_root import scratch_root, unsafe_reason
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the roles' rule wants root-owned directories")
 

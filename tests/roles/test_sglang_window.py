@@ -17,18 +17,19 @@ import pytest
 pytest.importorskip("ansible")  # the tools venv has it; the torch venv, which collects these too, does not
 import yaml
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.report_host import (  # noqa: F401 (fixtures)
+from ansible_collections.kdtree.fleet.tests.helpers.code_text import other_code, python_code
+from ansible_collections.kdtree.fleet.tests.unit.helpers.promote_rows import (
+    date_deploy,
+    good_row,
+    judge,
+    write_schedulers,
+)
+from ansible_collections.kdtree.fleet.tests.unit.helpers.report_host import (  # noqa: F401 (fixtures)
     counters,
     gather,
     health_server,
     host,
     status,
-)
-from ansible_collections.kdtree.fleet.tests.unit.plugins.plugin_utils.promote_rows import (
-    date_deploy,
-    good_row,
-    judge,
-    write_schedulers,
 )
 from conftest import PATCH_DIR, ROOT
 
@@ -101,11 +102,9 @@ def test_the_report_table_shows_the_release_and_marks_an_untested_one():
 def test_the_window_is_written_only_in_target_py():
     """No code outside the patch's target.py names a release of the window: the preflight, the report,
     the promotion, the patch and the wheel fetcher all read SUPPORTED_SGLANG_VERSIONS."""
-    from test_one_owner import _other_code, _python_code
-
     pattern = re.compile(r"\b(" + "|".join(re.escape(v) for v in WINDOW) + r")\b")
     owner = PATCH_DIR / "kdtree_verify/target.py"
-    assert pattern.search(_python_code(owner.read_text()))
+    assert pattern.search(python_code(owner.read_text()))
     # the real-wheel venvs run the window's ends (mk/ext.mk reads them from target.py); the test hosts'
     # double is its own fact, and it must be in the window
     double = (ROOT / "scripts/testhosts/install-double.sh").read_text()
@@ -123,7 +122,7 @@ def test_the_window_is_written_only_in_target_py():
             ):
                 continue
             text = path.read_text(encoding="utf-8", errors="replace")
-            code = _python_code(text) if path.suffix == ".py" else _other_code(text)
+            code = python_code(text) if path.suffix == ".py" else other_code(text)
             found += [f"{path.relative_to(ROOT)}: {m.group(1)}" for m in pattern.finditer(code)]
     assert found == []
 

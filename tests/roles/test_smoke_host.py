@@ -13,27 +13,22 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils import fake_host
+from ansible_collections.kdtree.fleet.tests.unit.helpers.fake_host import (  # noqa: F401 (fixtures)
+    fake_fixture,
+    health_server_fixture,
+    scheduler_fixture,
+)
 from conftest import PATCH_DIR, ROOT
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/cgroup").exists(), reason="needs Linux /proc")
 
 
-@pytest.fixture
-def fake(tmp_path, monkeypatch):
-    return fake_host.install(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def scheduler():
-    with fake_host.scheduler_process() as found:
-        yield found
-
-
-@pytest.fixture(scope="module")
-def health_server():
-    with fake_host.health_server() as url:
-        yield url
+def bare_python(script: str, timeout: int) -> str:
+    """`script` run by this Python isolated and without site (-I -S), as on a host's bare python3: its
+    stdout."""
+    argv = [sys.executable, "-I", "-S", "-"]
+    out = subprocess.run(argv, input=script, capture_output=True, text=True, timeout=timeout, check=True)
+    return out.stdout
 
 
 def hostread_module():
@@ -53,15 +48,7 @@ def test_smoke_host_runs_standalone_without_ansible(tmp_path):
         print(json.dumps(snap.to_dict()))
         """
     )
-    out = subprocess.run(
-        [sys.executable, "-I", "-S", "-"],
-        input=driver,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    assert json.loads(out.stdout)["props"] == {}
+    assert json.loads(bare_python(driver, timeout=30))["props"] == {}
 
 
 def test_hostread_reads_a_host_with_read_host(hu, marker, fake, scheduler, health_server, tmp_path):
@@ -81,15 +68,7 @@ def test_hostread_reads_a_host_with_read_host(hu, marker, fake, scheduler, healt
         build_info=str(build_info),
         scheduler_prefix=title,
     )
-    out = subprocess.run(
-        [sys.executable, "-I", "-S", "-"],
-        input=script,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    data = json.loads(out.stdout)
+    data = json.loads(bare_python(script, timeout=60))
     state = hostread.summarize(hu.Snapshot.from_dict(data["snapshot"]), data["build_info"], data["engine"])
     assert data["engine"] in ("-", "double") or data["engine"].startswith("real ")
     assert state == {

@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.journal_records import entry, feed
+from ansible_collections.kdtree.fleet.tests.unit.helpers.journal_records import entry, feed
 from conftest import ROOT
 
 

@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.run import RUN_OPTION, RUN_SUBOPTIONS
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.smoke_fakes import INVOCATION
+from ansible_collections.kdtree.fleet.tests.unit.helpers.smoke_fakes import INVOCATION
 from conftest import ANSIBLE_BIN, ON_LOCALHOST, ansible_doc, needs_ansible, rendered_docs, run_ansible
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PATCH_DIR, PLAYBOOK_BIN, ROOT, run_play
+from conftest import PATCH_DIR, PLAYBOOK_BIN, ROOT, role_play, run_play
 
 INPUTS = {"kdtree_smoke_service_name": "sglang-test", "kdtree_smoke_health_url": "http://127.0.0.1:1/health"}
 
@@ -16,22 +16,7 @@ pytestmark = pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the too
 
 
 def play(tmp_path: Path, role_vars: dict, *extra: str) -> subprocess.CompletedProcess:
-    return run_play(
-        tmp_path / "smoke.yml",
-        {
-            "name": "Smoke role",
-            "hosts": "localhost",
-            "gather_facts": False,
-            "tasks": [
-                {
-                    "name": "Run the role",
-                    "ansible.builtin.import_role": {"name": "kdtree.fleet.kdtree_smoke"},
-                    "vars": role_vars,
-                }
-            ],
-        },
-        *extra,
-    )
+    return run_play(tmp_path / "smoke.yml", role_play("kdtree_smoke", role_vars), *extra)
 
 
 def test_service_name_and_health_url_are_required(tmp_path):

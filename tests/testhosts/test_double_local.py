@@ -5,6 +5,7 @@ Fast (about 20 s): part of `make test-fast` (target test-double-fast).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from ansible_collections.kdtree.fleet.tests.helpers.polling import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 DOUBLE = ROOT / "tests" / "doubles" / "sglang_double"
@@ -32,19 +34,8 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait(cond: Callable[[], bool], timeout: float = TIMEOUT, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+# every wait here has the same bound
+_wait = functools.partial(wait_until, timeout=TIMEOUT)
 
 
 def _http_status(port: int, path: str) -> int | None:
@@ -81,7 +72,7 @@ def _alive(pid: int) -> bool:
 
 class Server:
     def __init__(self, tmp_path: Path, args: list[str], **env: str) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         model = tmp_path / "model"
         model.mkdir(exist_ok=True)
         (model / "config.json").write_text(
@@ -168,7 +159,7 @@ def test_real_flags_parse_with_tp_prefix_and_nextn_alias() -> None:
 
 
 def test_missing_model_config_fails_in_the_parent_with_a_traceback(tmp_path: Path) -> None:
-    res = _run_cli("--model-path", str(tmp_path / "absent"), "--port", str(_free_port()))
+    res = _run_cli("--model-path", str(tmp_path / "absent"), "--port", str(free_port()))
     assert res.returncode == 1
     assert "does not appear to have a file named config.json" in res.stderr
     assert "Traceback (most recent call last)" in res.stderr

@@ -7,7 +7,7 @@ execute(params) is the whole call (the module's main() only wraps it in AnsibleM
 This package (module_utils/_smoke/) is the smoke check's wing: check.py runs it, host.py reads the
 host into a Snapshot, judge.py decides what a snapshot means, watch.py ties the two over time,
 traffic.py sends the verify traffic and reads its evidence, run.py and result.py carry the run in and
-the verdict out. Only the kdtree_smoke module and action import it (tests/roles/test_plugin_layers.py);
+the verdict out. Only the kdtree_smoke module and action import it (tests/repository/test_plugin_layers.py);
 the process and health readers it shares with the fleet report are module_utils/_unit_procs.py.
 """
 

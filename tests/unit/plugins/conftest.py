@@ -1,6 +1,6 @@
 """Fixtures of the plugins' unit tests: the smoke check's host reader and the patch's marker module,
 loaded the way the kdtree_smoke module loads them (from the collection's files/sglang_ext); the fleet
-report's fixture host and /health server (module_utils/report_host.py)."""
+report's fixture host and /health server (tests/unit/helpers/report_host.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 # the tools venv and ansible-test have Ansible; the torch venv, which collects every suite too, does not
 pytest.importorskip("ansible")
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.report_host import (  # noqa: F401  # pylint: disable=unused-import
+from ansible_collections.kdtree.fleet.tests.unit.helpers.collection_tree import PATCH_DIR
+from ansible_collections.kdtree.fleet.tests.unit.helpers.report_host import (  # noqa: F401  # pylint: disable=unused-import
     health_server,
     host,
 )

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from ansible.errors import AnsibleActionFail
 from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.run import RUN_OPTION
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.smoke_fakes import INVOCATION, T0
+from ansible_collections.kdtree.fleet.tests.unit.helpers.smoke_fakes import INVOCATION, T0
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.kdtree.fleet.plugins.filter import report as report_filter
 from ansible_collections.kdtree.fleet.plugins.module_utils import _report as report
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.histories import (
+from ansible_collections.kdtree.fleet.tests.unit.helpers.histories import (
     measured_entries,
     record,
     report_row,

@@ -8,14 +8,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.kdtree.fleet.plugins.filter import service as service_filter
-
-INPUTS = {
-    "pythonpath": "/opt/kdtree/patches/v1",
-    "mode": "validate",
-    "lib": "/opt/kdtree/builds/b1/libkdtree_verify.so",
-    "status_dir": "/run/kdtree-sglang",
-    "status_interval": 5,
-}
+from ansible_collections.kdtree.fleet.tests.unit.helpers.dropin_inputs import INPUTS
 
 
 @pytest.mark.parametrize(("mode", "state"), [("off", "off"), ("validate", "active"), ("on", "active")])

@@ -11,7 +11,7 @@ import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils import _decode as decode
 from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
 from ansible_collections.kdtree.fleet.plugins.modules import kdtree_history
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.histories import params, record
+from ansible_collections.kdtree.fleet.tests.unit.helpers.histories import params, record
 
 ITL = "sglang:inter_token_latency_seconds"
 ACCEPT = "sglang:spec_accept_length"

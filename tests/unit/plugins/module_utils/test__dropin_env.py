@@ -9,14 +9,7 @@ from __future__ import annotations
 import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils import _dropin_env as dropin_env
 from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
-
-INPUTS = {
-    "pythonpath": "/opt/kdtree/patches/v1",
-    "mode": "validate",
-    "lib": "/opt/kdtree/builds/b1/libkdtree_verify.so",
-    "status_dir": "/run/kdtree-sglang",
-    "status_interval": 5,
-}
+from ansible_collections.kdtree.fleet.tests.unit.helpers.dropin_inputs import INPUTS
 
 
 def test_kdtrees_variables_come_first_in_their_fixed_order():

@@ -12,7 +12,7 @@ import os
 import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
 from ansible_collections.kdtree.fleet.plugins.modules import kdtree_history
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.histories import deploy, params
+from ansible_collections.kdtree.fleet.tests.unit.helpers.histories import deploy, params
 
 
 def test_begin_and_finish_write_a_root_only_file_atomically(tmp_path):

@@ -12,12 +12,12 @@ import importlib
 import json
 
 import pytest
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.journal_records import (
+from ansible_collections.kdtree.fleet.tests.unit.helpers.journal_records import (
     T0_US,
     entry,
     feed,
 )
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.smoke_fakes import INVOCATION
+from ansible_collections.kdtree.fleet.tests.unit.helpers.smoke_fakes import INVOCATION
 
 journal = importlib.import_module("ansible_collections.kdtree.fleet.plugins.module_utils._journal")
 

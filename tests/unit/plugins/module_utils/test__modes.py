@@ -8,7 +8,7 @@ import importlib.util
 
 import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils import _modes as modes
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR
+from ansible_collections.kdtree.fleet.tests.unit.helpers.collection_tree import PATCH_DIR
 
 
 def test_the_modes_are_the_patchs_own():

@@ -10,8 +10,8 @@ import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils import _path_safety as path_safety
 from ansible_collections.kdtree.fleet.plugins.module_utils import _preflight as preflight
 from ansible_collections.kdtree.fleet.plugins.module_utils._unit_env import service_settings
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.unit_checks import (
+from ansible_collections.kdtree.fleet.tests.unit.helpers.collection_tree import PATCH_DIR
+from ansible_collections.kdtree.fleet.tests.unit.helpers.unit_checks import (
     MANAGED,
     run_unit_checks,
 )
@@ -562,9 +562,8 @@ def test_a_library_not_built_yet_passes_only_a_child_patched_up_to_the_library(
     assert check.ok is ok, check.message
 
 
-def test_the_module_probes_without_a_library_that_does_not_exist_yet(tmp_path, monkeypatch):
-    """preflight.execute (the kdtree_preflight module's work): KDTREE_LIB names a build not
-    compiled yet -> the probe gets it empty and target.py's NO_LIBRARY_REASON as the accepted reason."""
+def checks_seen(monkeypatch) -> dict:
+    """preflight.execute with a unit of its own and run_checks replaced: the keywords run_checks got."""
     seen = {}
 
     def fake_run_checks(unit, **kw):
@@ -574,18 +573,32 @@ def test_the_module_probes_without_a_library_that_does_not_exist_yet(tmp_path, m
     monkeypatch.setattr(preflight, "read_unit", lambda *a: type("U", (), {"fragment": "x"})())
     monkeypatch.setattr(preflight, "run_checks", fake_run_checks)
     monkeypatch.setattr(preflight, "launch_facts", lambda *a: {})
-    params = {
+    return seen
+
+
+def execute_params(patch_dir: Path | str, probe_env: dict[str, str]) -> dict:
+    """The kdtree_preflight module's parameters for a stock unit and `patch_dir`."""
+    return {
         "unit": "sglang.service",
         "dropin_name": "50-kdtree.conf",
         "managed_vars": [],
         "exec_start": [],
         "compute_capability": "12.0",
-        "patch_dir": str(PATCH_DIR),
+        "patch_dir": str(patch_dir),
         "skip": [],
         "timeout_s": 10,
         "secret_env_file": "",
-        "probe_env": {"KDTREE_LIB": str(tmp_path / "builds/x/libkdtree_verify.so"), "KDTREE_VERIFY": "on"},
+        "probe_env": probe_env,
     }
+
+
+def test_the_module_probes_without_a_library_that_does_not_exist_yet(tmp_path, monkeypatch):
+    """preflight.execute (the kdtree_preflight module's work): KDTREE_LIB names a build not
+    compiled yet -> the probe gets it empty and target.py's NO_LIBRARY_REASON as the accepted reason."""
+    seen = checks_seen(monkeypatch)
+    params = execute_params(
+        PATCH_DIR, {"KDTREE_LIB": str(tmp_path / "builds/x/libkdtree_verify.so"), "KDTREE_VERIFY": "on"}
+    )
     result = preflight.execute(params)
     assert seen["probe_env"]["KDTREE_LIB"] == ""
     assert seen["library_pending"] == NO_LIB
@@ -605,27 +618,8 @@ def test_a_patch_not_installed_yet_leaves_out_its_checks_in_check_mode_and_fails
     probe and says so; a real run stops with the missing target.py named."""
     from ansible_collections.kdtree.fleet.plugins.module_utils import _patch_files as patch_files
 
-    seen = {}
-
-    def fake_run_checks(unit, **kw):
-        seen.update(kw)
-        return []
-
-    monkeypatch.setattr(preflight, "read_unit", lambda *a: type("U", (), {"fragment": "x"})())
-    monkeypatch.setattr(preflight, "run_checks", fake_run_checks)
-    monkeypatch.setattr(preflight, "launch_facts", lambda *a: {})
-    params = {
-        "unit": "sglang.service",
-        "dropin_name": "50-kdtree.conf",
-        "managed_vars": [],
-        "exec_start": [],
-        "compute_capability": "12.0",
-        "patch_dir": str(tmp_path / "patches" / "not-installed"),
-        "skip": [],
-        "timeout_s": 10,
-        "secret_env_file": "",
-        "probe_env": {},
-    }
+    seen = checks_seen(monkeypatch)
+    params = execute_params(tmp_path / "patches" / "not-installed", {})
     result = preflight.execute(params, check_mode=True)
     assert {"backend", "sglang", "probe"} <= set(seen["skip"])
     assert "need the installed patch" in result["msg"]

@@ -20,7 +20,7 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import _history as hi
 from ansible_collections.kdtree.fleet.plugins.module_utils import _report as report
 from ansible_collections.kdtree.fleet.plugins.module_utils import _speed as speed_module
 from ansible_collections.kdtree.fleet.plugins.modules import kdtree_report
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.report_host import (
+from ansible_collections.kdtree.fleet.tests.unit.helpers.report_host import (
     DOUBLE_CMDLINE,
     ENGINE_CMDLINE,
     METRICS_TEXT,
@@ -39,26 +39,15 @@ from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.report_hos
 
 def test_gather_reads_live_status_files_and_counts_the_stale_ones(host, health_server):
     host.deploy()
-    host.write_status(
-        host.tp0.pid,
-        status(
-            host.tp0.pid,
-            schema=1,
-            build_id="0123456789abcdef",
-            counters=counters(100, {"shape": 7, "dtype": 1}),
-            validate={"compared": 100, "mismatches": 0, "max_diff": 0.001},
-        ),
-    )
-    host.write_status(
-        host.tp1.pid,
-        status(
-            host.tp1.pid,
-            schema=1,
-            build_id="0123456789abcdef",
-            counters=counters(50, {"shape": 2}),
-            validate={"compared": 50, "mismatches": 0, "max_diff": 0.004},
-        ),
-    )
+    for pid, calls, original, max_diff in (
+        (host.tp0.pid, 100, {"shape": 7, "dtype": 1}, 0.001),
+        (host.tp1.pid, 50, {"shape": 2}, 0.004),
+    ):
+        validate = {"compared": calls, "mismatches": 0, "max_diff": max_diff}
+        build = "0123456789abcdef"
+        host.write_status(
+            pid, status(pid, schema=1, build_id=build, counters=counters(calls, original), validate=validate)
+        )
     gone = dead_pid()
     host.write_status(gone, status(gone, counters=counters(999, {"dead": 999})))
     host.write_status(1, status(1), name="1.json")  # a pid that is not the unit's

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 import time
 from collections.abc import Iterator
 
@@ -15,6 +14,7 @@ import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils import _http_client as http_client
 from ansible_collections.kdtree.fleet.plugins.module_utils import _router as router
 from ansible_collections.kdtree.fleet.plugins.modules import kdtree_router
+from ansible_collections.kdtree.fleet.tests.unit.helpers.http_servers import reply, serving
 
 KEY = "rk-9f3Qz7Lw2Xv8Bn4Tq6Ys"
 
@@ -169,11 +169,7 @@ class EchoKeyHandler(http.server.BaseHTTPRequestHandler):
                 "hint": KEY[-4:] + " " + KEY.upper()[4:12],
             }
         ).encode()
-        self.send_response(401)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        reply(self, 401, body, "application/json")
 
     def log_message(self, *args) -> None:
         pass
@@ -181,12 +177,8 @@ class EchoKeyHandler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def echo_router() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), EchoKeyHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(EchoKeyHandler) as url:
+        yield url
 
 
 def fragments(secret: str, size: int = 4) -> set[str]:

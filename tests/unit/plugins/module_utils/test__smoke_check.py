@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils._smoke import check as sc
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.smoke_fakes import (
+from ansible_collections.kdtree.fleet.tests.unit.helpers.smoke_fakes import (
     INVOCATION,
     T0,
     Host,

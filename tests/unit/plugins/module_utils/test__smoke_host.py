@@ -17,28 +17,16 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils._patch_files import MARKER_FILE
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils import fake_host
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR, ROOT
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.smoke_fakes import INVOCATION
+from ansible_collections.kdtree.fleet.tests.unit.helpers import fake_host
+from ansible_collections.kdtree.fleet.tests.unit.helpers.collection_tree import PATCH_DIR, ROOT
+from ansible_collections.kdtree.fleet.tests.unit.helpers.fake_host import (  # noqa: F401 (fixtures)
+    fake_fixture,
+    health_server_fixture,
+    scheduler_fixture,
+)
+from ansible_collections.kdtree.fleet.tests.unit.helpers.smoke_fakes import INVOCATION
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/cgroup").exists(), reason="needs Linux /proc")
-
-
-@pytest.fixture
-def fake(tmp_path, monkeypatch):
-    return fake_host.install(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def scheduler():
-    with fake_host.scheduler_process() as found:
-        yield found
-
-
-@pytest.fixture(scope="module")
-def health_server():
-    with fake_host.health_server() as url:
-        yield url
 
 
 def closed_port() -> int:
@@ -185,19 +173,19 @@ def test_load_marker_fails_clearly_without_marker_py(hu, tmp_path):
         hu.load_marker(str(tmp_path))
 
 
-def test_load_marker_fails_clearly_on_a_broken_marker_py(hu, tmp_path):
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("def match_marker(:\n", r"cannot load .*SyntaxError"),
+        ("import re\nMARKER_RE = re.compile('x')\n", "has no match_marker"),
+    ],
+    ids=["broken", "old"],
+)
+def test_load_marker_fails_clearly_on_a_broken_or_old_marker_py(hu, tmp_path, text, error):
     marker_py = tmp_path / MARKER_FILE
     marker_py.parent.mkdir(parents=True)
-    marker_py.write_text("def match_marker(:\n")
-    with pytest.raises(hu.MarkerError, match=r"cannot load .*SyntaxError"):
-        hu.load_marker(str(tmp_path))
-
-
-def test_load_marker_fails_clearly_on_an_old_marker_py(hu, tmp_path):
-    marker_py = tmp_path / MARKER_FILE
-    marker_py.parent.mkdir(parents=True)
-    marker_py.write_text("import re\nMARKER_RE = re.compile('x')\n")
-    with pytest.raises(hu.MarkerError, match="has no match_marker"):
+    marker_py.write_text(text)
+    with pytest.raises(hu.MarkerError, match=error):
         hu.load_marker(str(tmp_path))
 
 

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils._smoke import check as sc
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.smoke_fakes import Host, params
+from ansible_collections.kdtree.fleet.tests.unit.helpers.collection_tree import PATCH_DIR
+from ansible_collections.kdtree.fleet.tests.unit.helpers.http_servers import reply
+from ansible_collections.kdtree.fleet.tests.unit.helpers.smoke_fakes import Host, execute, params
 
 SECRET = "sk-test-8c1f0e2d-do-not-print"
 
@@ -267,11 +268,7 @@ class Server:
                     f'sglang:inter_token_latency_seconds_count{{model_name="m"}} {n}\n'
                     f'sglang:spec_accept_length{{model_name="m",tp_rank="0"}} {2.5 if n else 0.0}\n'
                 ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
+                reply(self, 200, raw, "text/plain")
 
             def do_POST(self):
                 length = int(self.headers.get("Content-Length") or 0)
@@ -304,11 +301,7 @@ class Server:
                     raw = "".join(lines).encode()
                     kind = "text/event-stream"
                 try:
-                    self.send_response(outer.status)
-                    self.send_header("Content-Type", kind)
-                    self.send_header("Content-Length", str(len(raw)))
-                    self.end_headers()
-                    self.wfile.write(raw)
+                    reply(self, outer.status, raw, kind)
                 except OSError:
                     pass
 
@@ -604,15 +597,7 @@ def test_a_wall_clock_step_back_does_not_stretch_the_wait_for_a_rewrite(tr):
 
 
 def module_execute(hu, host_over=None, **over):
-    host = Host(hu, **(host_over or {}))
-    return sc.execute(
-        params(**over),
-        read=host.read,
-        restart=host.restart,
-        sleep=host.sleep,
-        clock=host.clock,
-        monotonic=host.clock,
-    )
+    return execute(Host(hu, **(host_over or {})), **over)
 
 
 def module_traffic(hu, server, status_dir, **over):

@@ -593,16 +593,24 @@ def test_the_words_in_a_logged_request_do_not_fail_the_run(host):
     assert judge(host.mark(101, 102)).state == "ok"
 
 
+def status_files(hu, state: str) -> list:
+    """Both schedulers' (101, 102) status files in `state` (fallback: a runtime fallback)."""
+    return [
+        hu.StatusFile(
+            pid=pid,
+            state=state,
+            runtime_fallback=state == "fallback",
+            line=f"/run/kdtree/{pid}.json: state={state}",
+        )
+        for pid in (101, 102)
+    ]
+
+
 def test_suppressed_markers_are_read_from_the_status_files(hu, host):
     """A flood tripped journald's rate limiting before the markers; the status files hold them."""
     host.journal += [f"flood {n}" for n in range(40)]
     host.suppressed = 5000
-    host.statuses = [
-        hu.StatusFile(
-            pid=pid, state="active", runtime_fallback=False, line=f"/run/kdtree/{pid}.json: state=active"
-        )
-        for pid in (101, 102)
-    ]
+    host.statuses = status_files(hu, "active")
     verdict = judge(host, status_dir="/run/kdtree")
     assert verdict.state == "ok"
     assert verdict.suppressed == 5000
@@ -611,12 +619,7 @@ def test_suppressed_markers_are_read_from_the_status_files(hu, host):
 
 def test_a_runtime_fallback_in_a_status_file_fails(hu, host):
     host.suppressed = 10
-    host.statuses = [
-        hu.StatusFile(
-            pid=pid, state="fallback", runtime_fallback=True, line=f"/run/kdtree/{pid}.json: state=fallback"
-        )
-        for pid in (101, 102)
-    ]
+    host.statuses = status_files(hu, "fallback")
     verdict = judge(host, status_dir="/run/kdtree")
     assert verdict.state == "failed"
     assert "reports the patch fallback" in verdict.why

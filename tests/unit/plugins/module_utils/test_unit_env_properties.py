@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import _preflight as preflight
 from ansible_collections.kdtree.fleet.plugins.module_utils import _unit_env as unit_env
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.unit_checks import run_unit_checks
+from ansible_collections.kdtree.fleet.tests.unit.helpers.unit_checks import run_unit_checks
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -11,8 +11,8 @@ import json
 import yaml
 from ansible_collections.kdtree.fleet.plugins.module_utils._smoke import check as sc
 from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.run import RUN_SUBOPTIONS
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import ROOT
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.smoke_fakes import (
+from ansible_collections.kdtree.fleet.tests.unit.helpers.collection_tree import ROOT
+from ansible_collections.kdtree.fleet.tests.unit.helpers.smoke_fakes import (
     INVOCATION,
     T0,
     Host,

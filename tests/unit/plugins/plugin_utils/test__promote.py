@@ -1,7 +1,7 @@
 """Promotion on evidence (plugin_utils/_promote, filters kdtree_promote_*): qualify() judged rule by
 rule on report rows (one qualifying row, then one change per rule), the settings and their one owner
 (the patch's DEFAULT_TOL), the filters, promotion on speed; and a row gathered by the real report code
-from a fixture host (module_utils/report_host.py: live titled processes, a status directory, a history)
+from a fixture host (tests/unit/helpers/report_host.py: live titled processes, a status directory, a history)
 qualifies, and does not once its statistics predate the deploy. The playbook and the role:
 tests/roles/test_promote.py. Nothing here needs systemd or a container.
 """
@@ -17,9 +17,8 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.kdtree.fleet.plugins.filter import promote as promote_filter
 from ansible_collections.kdtree.fleet.plugins.module_utils import _speed as speed
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _promote as promote
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR, ROOT
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.report_host import gather
-from ansible_collections.kdtree.fleet.tests.unit.plugins.plugin_utils.promote_rows import (
+from ansible_collections.kdtree.fleet.tests.unit.helpers.collection_tree import PATCH_DIR, ROOT
+from ansible_collections.kdtree.fleet.tests.unit.helpers.promote_rows import (
     STARTED,
     T0,
     date_deploy,
@@ -29,6 +28,7 @@ from ansible_collections.kdtree.fleet.tests.unit.plugins.plugin_utils.promote_ro
     timing_bucket,
     write_schedulers,
 )
+from ansible_collections.kdtree.fleet.tests.unit.helpers.report_host import gather
 
 # ---------------------------------------------------------------------------------------------
 # qualify(), rule by rule

@@ -1,7 +1,7 @@
 """The fleet report's rows and table on the controller (plugin_utils/_report_table, filters
 kdtree_report_rows/kdtree_report_table): a column per field, aligned lines, a line per scheduler under
 its host, every host a row in the inventory's order; and rows gathered by the host side from a fixture
-host (module_utils/report_host.py, its fixtures through tests/unit/plugins/conftest.py) as the table
+host (tests/unit/helpers/report_host.py, its fixtures through tests/unit/plugins/conftest.py) as the table
 shows them. The host side alone: tests/unit/plugins/module_utils/test__report.py.
 """
 
@@ -14,7 +14,7 @@ import pytest
 from ansible_collections.kdtree.fleet.plugins.filter import report as report_filter
 from ansible_collections.kdtree.fleet.plugins.module_utils import _report as report
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.report_host import (
+from ansible_collections.kdtree.fleet.tests.unit.helpers.report_host import (
     DOUBLE_CMDLINE,
     ENGINE_CMDLINE,
     METRICS_TEXT,

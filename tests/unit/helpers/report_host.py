@@ -4,7 +4,7 @@ file, a status directory, a build, a history and a fake `systemctl show`; a /hea
 process. Used by the report's and the promotion's unit tests and by tests/roles/test_sglang_window.py.
 
 Imported by its collection path
-(`ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.report_host`), as ansible-test units
+(`ansible_collections.kdtree.fleet.tests.unit.helpers.report_host`), as ansible-test units
 imports test files; `host` and `health_server` are fixtures, imported by the test modules that use them.
 """
 
@@ -14,7 +14,6 @@ import http.server
 import json
 import os
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -23,7 +22,8 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import _history as hi
 from ansible_collections.kdtree.fleet.plugins.module_utils import _report as report
 from ansible_collections.kdtree.fleet.plugins.module_utils import _unit_env as unit_env
 from ansible_collections.kdtree.fleet.plugins.modules import kdtree_report
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR
+from ansible_collections.kdtree.fleet.tests.unit.helpers.collection_tree import PATCH_DIR
+from ansible_collections.kdtree.fleet.tests.unit.helpers.http_servers import serving
 
 CGROUP = "/system.slice/sglang-test.service"
 NCCL = {"NCCL_P2P_LEVEL": "SYS", "NCCL_ALGO": "Ring"}
@@ -82,12 +82,8 @@ class Health(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def health_server():
-    server = http.server.HTTPServer(("127.0.0.1", 0), Health)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/health"
-    server.shutdown()
-    server.server_close()
+    with serving(Health) as url:
+        yield f"{url}/health"
 
 
 def status(pid: int, **fields) -> dict:

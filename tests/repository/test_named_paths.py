@@ -102,7 +102,7 @@ def test_every_path_of_our_folders_named_in_docs_and_comments_exists():
     ("text", "found"),
     [
         ("see docs/operations.md.", ["docs/operations.md"]),
-        ("(tests/roles/test_one_owner.py:12)", ["tests/roles/test_one_owner.py"]),
+        ("(tests/repository/test_one_owner.py:12)", ["tests/repository/test_one_owner.py"]),
         ("`scripts/make_help.py`, bench/, molecule/...", ["scripts/make_help.py", "bench/", "molecule/"]),
         ("python/sglang/srt/x.py .cache/sglang-venv /usr/files/x https://x.org/docs/y", []),
         ("{{ role_path }}/files/x.sh", []),

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.kdtree.fleet.plugins.module_utils._smoke import check as sc
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR
+from ansible_collections.kdtree.fleet.tests.unit.helpers.collection_tree import PATCH_DIR
 
 INVOCATION = "0123456789abcdef0123456789abcdef"
 T0 = 1_764_490_000.0

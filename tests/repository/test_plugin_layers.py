@@ -50,23 +50,6 @@ def test_module_utils_and_modules_never_import_controller_code(path):
     assert controller_imports(path) == []
 
 
-def test_the_check_sees_a_controller_import(tmp_path):
-    bad = tmp_path / "x.py"
-    bad.write_text(
-        "from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table\n"
-        "import ansible_collections.kdtree.fleet.plugins.filter.report\n"
-        "from ..plugin_utils import _promote\n"
-        "from ansible_collections.kdtree.fleet.plugins.module_utils import _report\n"
-    )
-    assert controller_imports(bad) == [
-        "ansible_collections.kdtree.fleet.plugins.plugin_utils",
-        "ansible_collections.kdtree.fleet.plugins.plugin_utils._report_table",
-        "ansible_collections.kdtree.fleet.plugins.filter.report",
-        "..plugin_utils",
-        "..plugin_utils._promote",
-    ]
-
-
 def test_the_controller_code_lives_in_plugin_utils():
     """The report's table and the promotion's rules are controller code (issue 18)."""
     assert (PLUGINS / "plugin_utils" / "_report_table.py").is_file()
@@ -92,16 +75,40 @@ def test_nothing_outside_the_smoke_wing_imports_it_but_the_smoke_module_and_acti
     assert smoke_wing_imports(path) == []
 
 
-def test_the_check_sees_a_smoke_wing_import(tmp_path):
+@pytest.mark.parametrize(
+    ("check", "source", "found"),
+    [
+        pytest.param(
+            controller_imports,
+            "from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table\n"
+            "import ansible_collections.kdtree.fleet.plugins.filter.report\n"
+            "from ..plugin_utils import _promote\n"
+            "from ansible_collections.kdtree.fleet.plugins.module_utils import _report\n",
+            [
+                "ansible_collections.kdtree.fleet.plugins.plugin_utils",
+                "ansible_collections.kdtree.fleet.plugins.plugin_utils._report_table",
+                "ansible_collections.kdtree.fleet.plugins.filter.report",
+                "..plugin_utils",
+                "..plugin_utils._promote",
+            ],
+            id="controller",
+        ),
+        pytest.param(
+            smoke_wing_imports,
+            "from ansible_collections.kdtree.fleet.plugins.module_utils._smoke import host as smoke_host\n"
+            "from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.check import execute\n"
+            "from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_like\n",
+            [
+                "ansible_collections.kdtree.fleet.plugins.module_utils._smoke",
+                "ansible_collections.kdtree.fleet.plugins.module_utils._smoke.host",
+                "ansible_collections.kdtree.fleet.plugins.module_utils._smoke.check",
+                "ansible_collections.kdtree.fleet.plugins.module_utils._smoke.check.execute",
+            ],
+            id="smoke-wing",
+        ),
+    ],
+)
+def test_each_check_sees_the_imports_it_is_there_to_catch_and_no_other(tmp_path, check, source, found):
     bad = tmp_path / "x.py"
-    bad.write_text(
-        "from ansible_collections.kdtree.fleet.plugins.module_utils._smoke import host as smoke_host\n"
-        "from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.check import execute\n"
-        "from ansible_collections.kdtree.fleet.plugins.module_utils import _smoke_like\n"
-    )
-    assert smoke_wing_imports(bad) == [
-        "ansible_collections.kdtree.fleet.plugins.module_utils._smoke",
-        "ansible_collections.kdtree.fleet.plugins.module_utils._smoke.host",
-        "ansible_collections.kdtree.fleet.plugins.module_utils._smoke.check",
-        "ansible_collections.kdtree.fleet.plugins.module_utils._smoke.check.execute",
-    ]
+    bad.write_text(source)
+    assert check(bad) == found

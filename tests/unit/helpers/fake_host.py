@@ -1,8 +1,8 @@
 """A fake host for the smoke check's host reader (module_utils/_smoke/host.read_host, restart_unit):
 systemctl and journalctl as small scripts first on PATH, a scheduler as a real child process found
-through this machine's /proc in this process's own cgroup, /health as a local HTTP server. The test
-files wrap install(), scheduler_process() and health_server() in fixtures. Imported by its collection
-path (see collection_tree.py); tests/roles uses it too.
+through this machine's /proc in this process's own cgroup, /health as a local HTTP server; install(),
+scheduler_process() and health_server() also as the fixtures fake, scheduler and health_server.
+Imported by its collection path (see collection_tree.py); tests/roles uses it too.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.smoke_fakes import INVOCATION
+from ansible_collections.kdtree.fleet.tests.unit.helpers.http_servers import serving
+from ansible_collections.kdtree.fleet.tests.unit.helpers.smoke_fakes import INVOCATION
 
 
 def own_cgroup() -> str:
@@ -161,10 +161,24 @@ def health_server() -> Iterator[str]:
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
+    with serving(Handler) as url:
+        yield url
+
+
+# The fixtures of the test files that read this fake host (tests/unit and tests/roles): import them into
+# the test file (noqa F401) to use them.
+@pytest.fixture(name="fake")
+def fake_fixture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    return install(tmp_path, monkeypatch)
+
+
+@pytest.fixture(name="scheduler")
+def scheduler_fixture() -> Iterator[tuple[int, str]]:
+    with scheduler_process() as found:
+        yield found
+
+
+@pytest.fixture(name="health_server", scope="module")
+def health_server_fixture() -> Iterator[str]:
+    with health_server() as url:
+        yield url

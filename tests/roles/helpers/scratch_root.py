@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # Where a scratch root may go, first that is safe wins: the clone's build/ (git-ignored), then parents
 # of the test suite's own outside the clone (root's cache, then the system's).
 PARENTS = (

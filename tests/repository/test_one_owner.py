@@ -7,43 +7,13 @@ Test expectations (molecule/, tests/) read hosts independently and are not searc
 
 from __future__ import annotations
 
-import ast
-import io
 import re
-import tokenize
 
 import pytest
+from ansible_collections.kdtree.fleet.tests.helpers.code_text import other_code, python_code
 from conftest import ROOT
 
-DOC_NAMES = {"DOCUMENTATION", "EXAMPLES", "RETURN"}
 SEARCHED = ("roles", "plugins", "playbooks", "inventory", "meta", "scripts/testhosts", "bench", "mk")
-
-
-def _python_code(text: str) -> str:
-    """The source without comments, docstrings and documentation assignments."""
-    tree = ast.parse(text)
-    drop: set[int] = set()
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
-            value = body[0].value
-            if isinstance(value, ast.Constant) and isinstance(value.value, str):
-                drop.update(range(body[0].lineno, body[0].end_lineno + 1))
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id in DOC_NAMES for t in node.targets
-        ):
-            drop.update(range(node.lineno, node.end_lineno + 1))
-    lines = text.splitlines()
-    kept = "\n".join("" if i + 1 in drop else line for i, line in enumerate(lines))
-    out = []
-    for tok in tokenize.generate_tokens(io.StringIO(kept).readline):
-        if tok.type != tokenize.COMMENT:
-            out.append(tok)
-    return tokenize.untokenize(out)
-
-
-def _other_code(text: str) -> str:
-    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
 
 
 def _code_files() -> dict[str, str]:
@@ -62,9 +32,9 @@ def _code_files() -> dict[str, str]:
             ):
                 continue
             text = path.read_text(encoding="utf-8", errors="replace")
-            files[str(rel)] = _python_code(text) if path.suffix == ".py" else _other_code(text)
+            files[str(rel)] = python_code(text) if path.suffix == ".py" else other_code(text)
     for name in ("Makefile", "galaxy.yml", "ansible.cfg"):
-        files[name] = _other_code((ROOT / name).read_text(encoding="utf-8"))
+        files[name] = other_code((ROOT / name).read_text(encoding="utf-8"))
     return files
 
 
@@ -124,5 +94,5 @@ def test_the_marker_format_is_written_only_by_marker_py():
 
 
 def test_the_code_filter_drops_prose_but_keeps_code():
-    code = _python_code('"""doc 900"""\nX = 1  # 900\nEXAMPLES = "900"\ny = "900"\n')
+    code = python_code('"""doc 900"""\nX = 1  # 900\nEXAMPLES = "900"\ny = "900"\n')
     assert "900" in code and code.count("900") == 1

@@ -1,6 +1,6 @@
 """Report rows for the promotion's judge (plugin_utils/_promote.qualify): a row that qualifies
 (good_row: a healthy deploy in validate, 2 of 2 schedulers, 1200 compared, speedup 1.50), its schedulers
-and timing buckets, and the status files of a fixture host (module_utils/report_host.py) whose gathered
+and timing buckets, and the status files of a fixture host (tests/unit/helpers/report_host.py) whose gathered
 row qualifies. Used by test__promote.py beside this file and tests/roles/test_sglang_window.py; imported
 by its collection path, as ansible-test units imports test files.
 """
@@ -11,8 +11,8 @@ import time
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _promote as promote
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import PATCH_DIR
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.report_host import (
+from ansible_collections.kdtree.fleet.tests.unit.helpers.collection_tree import PATCH_DIR
+from ansible_collections.kdtree.fleet.tests.unit.helpers.report_host import (
     counters,
     status,
     status_timing,

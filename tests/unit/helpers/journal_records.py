@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import _journal as journal
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.smoke_fakes import INVOCATION
+from ansible_collections.kdtree.fleet.tests.unit.helpers.smoke_fakes import INVOCATION
 
 BENIGN = journal.compile_benign(journal.DEFAULT_BENIGN_TRACEBACKS)
 T0_US = 1_764_490_000_000_000
