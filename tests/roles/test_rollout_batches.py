@@ -129,3 +129,28 @@ def test_a_drain_share_the_batches_respect_is_accepted(tmp_path: Path, share: fl
     run, batches = _run(tmp_path, kdtree_drain_mode="hooks", kdtree_drain_max_share=share)
     assert run.returncode == 0, run.stdout + run.stderr
     assert _sizes(batches) == [1, 4, 4, 4, 3]
+
+
+def test_the_real_deploy_playbook_refuses_a_contradicting_drain_share_at_the_canary(tmp_path: Path) -> None:
+    """playbooks/deploy.yml itself on the 16 hosts (the report play given no host): the canary is refused
+    before its lock (nothing changes, no lock task runs), recorded as failed like any other failure, every
+    later batch stops on it, and the run's last play fails them all."""
+    inventory = _inventory(tmp_path, kdtree_drain_mode="hooks", kdtree_drain_max_share=0.1)
+    run = run_ansible(
+        "ansible-playbook", "-i", str(inventory), str(ROOT / "playbooks" / "deploy.yml"),
+        "-e", "kdtree_report_hosts=no_such_hosts",
+    )  # fmt: skip
+    text = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert (
+        "kdtree deploy FAILED on h00" in text and "kdtree_drain_max_share 0.1 lets the drain take 1" in text
+    )
+    assert all(
+        f"not deploying to h{i:02d}: the rollout stopped because h00 failed" in text for i in range(1, 16)
+    )
+    assert "take the host's lock" not in text.lower() and "lock" not in " ".join(
+        re.findall(r"TASK \[(.*?)\]", text)
+    )
+    recap = dict(re.findall(r"^(h\d\d)\s+: (ok=.*)$", run.stdout, re.MULTILINE))
+    assert len(recap) == 16 and all("changed=0 " in line for line in recap.values())
+    assert len(re.findall(r"^PLAY \[Deploy kdtree verify attention", run.stdout, re.MULTILINE)) == 5
