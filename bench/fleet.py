@@ -3,7 +3,8 @@
 For each fleet size (default 1, 4, 8 and 16 hosts) a fresh fleet of test-double hosts is started
 (kdtree-bench-h1..N, label kdtree.fleet=bench-fleet, scripts/testhosts/fleet.sh; never the demo fleet),
 then timed, each with the playbooks' own defaults, as in production:
-  deploy    deploy.yml with its canary batches (serial [1, 25%, 100%]) and the warm build cache
+  deploy    deploy.yml with its canary batches (from kdtree_deploy_max_unavailable, 25%: 1, then at most a
+            quarter at a time; 16 hosts 1, 4, 4, 4, 3) and the warm build cache
             (every host installs the cached artifact; a size whose deploy compiled is run again on a
             fresh fleet, once, so that no figure includes a compile)
   noop      the same deploy again: it must change nothing (changed=0)

@@ -87,6 +87,8 @@ def batch(hosts: list[str]) -> int:
     """One batch of `hosts`; the second crashes. Prints batch_detect_s= and recover_s=."""
     crash = hosts[1]
     extra = {
+        # one batch of every host: the capacity must allow them all at once
+        "kdtree_deploy_max_unavailable": len(hosts),
         "kdtree_deploy_serial": [len(hosts)],
         "kdtree_service_env_extra": {
             "SGLANG_DOUBLE_LOAD_SECONDS": "60",
