@@ -20,13 +20,14 @@ import tempfile
 import time
 from typing import Any
 
+from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
+
 CHANGE = "kdtree_fleet_change_timestamp_seconds"
 HELP = "When the newest deploy or rollback of kdtree on this host ended (Unix time), by action."
 ACTIONS = ("deploy", "rollback")
 LABELS = ("action", "result", "build_id", "mode")
 DEFAULT_TEXTFILE = "/var/lib/kdtree-metrics/kdtree_changes.prom"
-DEFAULT_HISTORY = "/var/lib/kdtree/state.json"  # module_utils/_history.DEFAULT_PATH (a test holds them equal)
-ENDED_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # module_utils/_history.now()
+ENDED_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # module_utils/_history.now() (a test holds them equal)
 
 
 def textfile_for(history_path: str, given: str | None) -> str:
@@ -34,7 +35,7 @@ def textfile_for(history_path: str, given: str | None) -> str:
     the host's own history (the default path) and none for another history (a test's, a copy's)."""
     if given is not None:
         return given
-    return DEFAULT_TEXTFILE if history_path == DEFAULT_HISTORY else ""
+    return DEFAULT_TEXTFILE if history_path == history.DEFAULT_PATH else ""
 
 
 def action_of(entry: dict[str, Any]) -> str | None:

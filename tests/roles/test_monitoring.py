@@ -14,6 +14,7 @@ import re
 import pytest
 import yaml
 from ansible_collections.kdtree.fleet.plugins.module_utils import _change_metrics as change_metrics
+from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
 from ansible_collections.kdtree.fleet.plugins.module_utils import _patch_files as patch_files
 from conftest import PATCH_DIR, ROOT
 
@@ -163,9 +164,7 @@ def test_the_roles_history_writes_are_the_hosts_own_so_they_write_the_textfile()
                 writes.append((tasks.name, args))
     assert len(writes) >= 6, writes  # deploy: begin, finish, rescue; rollback: previous and stock
     assert not [(name, args) for name, args in writes if {"path", "textfile"} & set(args)]
-    assert (
-        change_metrics.textfile_for(change_metrics.DEFAULT_HISTORY, None) == change_metrics.DEFAULT_TEXTFILE
-    )
+    assert change_metrics.textfile_for(history.DEFAULT_PATH, None) == change_metrics.DEFAULT_TEXTFILE
 
 
 def _tasks(items: list) -> list[dict]:

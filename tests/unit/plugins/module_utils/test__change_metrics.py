@@ -64,7 +64,7 @@ def test_the_textfile_is_prometheus_text_with_escaped_labels():
 
 
 def test_the_host_history_writes_the_default_textfile_and_another_history_none_unless_given():
-    assert changes.DEFAULT_HISTORY == history.DEFAULT_PATH
+    assert changes.ended_s({"ended": history.now()}) is not None  # the history's end format
     assert changes.textfile_for(history.DEFAULT_PATH, None) == changes.DEFAULT_TEXTFILE
     assert changes.textfile_for("/tmp/x/state.json", None) == ""
     assert changes.textfile_for(history.DEFAULT_PATH, "") == ""
