@@ -24,8 +24,8 @@ import sys, yaml
 with open("changelogs/changelog.yaml") as f:
     sys.exit(0 if sys.argv[1] in (yaml.safe_load(f).get("releases") or {}) else 1)
 PY
-fragments=$(find changelogs/fragments -maxdepth 1 -type f \( -name '*.yml' -o -name '*.yaml' \) | sort)
-[[ -z $fragments ]] || refuse "unreleased changelog fragments: $(echo $fragments) (antsibull-changelog release)"
+fragments=$(find changelogs/fragments -maxdepth 1 -type f \( -name '*.yml' -o -name '*.yaml' \) -printf '%f\n' | sort | tr '\n' ' ')
+[[ -z $fragments ]] || refuse "unreleased changelog fragments: ${fragments% } (antsibull-changelog release)"
 "$here/build.sh" "$venv" "$out"
 git tag -a "$tag" -m "kdtree.fleet $version"
 echo "release.sh: tagged $tag at $(git rev-parse --short HEAD); tarball $out/kdtree-fleet-$version.tar.gz" \
