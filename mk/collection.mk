@@ -1,6 +1,6 @@
 # The kdtree.fleet collection: roles/, plugins/, playbooks/, molecule/, inventory/ (docs/operations.md).
 .PHONY: demo lint-ansible test-roles-fast test-repository test-units-fast test-molecule test-molecule-default test-molecule-crash \
-	test-molecule-rollback test-molecule-operator test-molecule-batch test-molecule-faults test-molecule-consumer test-molecule-engine collection bench-smoke bench-noop bench-fleet
+	test-molecule-rollback test-molecule-operator test-molecule-batch test-molecule-faults test-molecule-consumer test-molecule-engine collection release bench-smoke bench-noop bench-fleet
 
 FLEET_LOG_DIR := $(ROOT)/.cache/fleet
 
@@ -18,9 +18,17 @@ lint-ansible: venv
 	$(VBIN)/ansible-lint
 
 # The collection tarball: build/kdtree-fleet-<version>.tar.gz.
-# The collection tarball a user installs: build/kdtree-fleet-<version>.tar.gz.
+# The collection tarball a user installs or Galaxy imports: build/kdtree-fleet-<version>.tar.gz, the
+# publish checks' build (scripts/publish/build.sh). galaxy.yml's `repository` is this clone's origin
+# or COLLECTION_REPOSITORY=<url>; with neither it refuses (scripts/publish/repository.sh).
 collection: venv
-	$(VBIN)/ansible-galaxy collection build --force --output-path build .
+	@scripts/publish/build.sh $(VENV) $(ROOT)/build
+
+# Tag HEAD v<galaxy.yml version> and build its tarball (docs/release.md).
+# Refuses a dirty tree, an existing tag, a version the changelog has not released and fragments left
+# unreleased (scripts/publish/release.sh); the tag is local: git push origin v<version> publishes it.
+release: venv
+	@scripts/publish/release.sh $(VENV) $(ROOT)/build
 
 # The roles, playbooks and modules run on localhost (no containers).
 # The roles and the tools around them: the drop-in template, modules and roles run through

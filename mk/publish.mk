@@ -1,7 +1,7 @@
 # Publishing checks (issue 20): what Galaxy / Automation Hub and the maintained ansible-core releases
 # ask of the collection. Venvs are cached under .cache/publish (scripts/publish/venv.sh; CI keeps .cache).
 .PHONY: test-publish publish-venvs test-publish-sanity test-publish-sanity-older test-publish-units test-publish-importer \
-	test-publish-docs test-publish-changelog test-publish-ee
+	test-publish-docs test-publish-changelog test-publish-ee test-publish-build ee-context
 
 # PUB: where the venvs live (a cold-cache measurement points it at an empty directory).
 PUB ?= $(ROOT)/.cache/publish
@@ -60,8 +60,12 @@ test-publish-units: publish-venv-core-2.21
 
 # Galaxy's importer accepts the tarball.
 # Galaxy's importer accepts the tarball (metadata, a README per role, the docs of every plugin and role).
+# The tarball is make collection's; in a clone with no repository URL (scripts/publish/repository.sh)
+# it names a stand-in, example.invalid: the importer checks that a URL is there, not which.
 test-publish-importer: publish-venvs
-	@$(PUB_TIME) scripts/publish/build.sh $(PUB)/core-2.21 $(PUB_OUT) >/dev/null && \
+	@$(PUB_TIME) repo=$$(scripts/publish/repository.sh 2>/dev/null) || \
+	  { repo=https://example.invalid/kdtree-fleet.git; echo "$@: no repository URL here: $$repo"; }; \
+	  COLLECTION_REPOSITORY=$$repo scripts/publish/build.sh $(PUB)/core-2.21 $(PUB_OUT) >/dev/null && \
 	  scripts/publish/importer.sh $(PUB)/importer $(PUB_TARBALL)
 
 # The docs site's build (antsibull-docs) and every filter's doc.
@@ -81,17 +85,39 @@ test-publish-changelog: publish-venvs
 	    diff -u CHANGELOG.md $(PUB_OUT)/CHANGELOG.md.before || true; cp $(PUB_OUT)/CHANGELOG.md.before CHANGELOG.md; \
 	    echo "CHANGELOG.md is not what antsibull-changelog generate writes: add a fragment, do not edit it" >&2; exit 1; fi
 
-# The execution environment definition builds a context.
-# The execution environment definition builds a context (no image is built here: no container build).
-test-publish-ee: publish-venvs
-	@$(PUB_TIME) rm -rf $(PUB_OUT)/ee && $(PUB)/core-2.21/bin/ansible-builder create \
-	  -f meta/execution-environment.yml -c $(PUB_OUT)/ee >/dev/null && test -s $(PUB_OUT)/ee/Containerfile
+# ee-context's output directory and source (empty: this clone's tarball).
+EE_OUT := $(ROOT)/build/ee
+EE_REF ?=
+
+# An execution environment build context (build/ee/context) with this clone's tarball.
+# With EE_REF=<git ref> (a release tag: make release) from the repository at that ref instead (the
+# URL: scripts/publish/repository.sh). scripts/publish/ee.py writes build/ee/execution-environment.yml
+# from meta/execution-environment.yml; then `podman build -t kdtree-fleet-ee build/ee/context`.
+ee-context: publish-venv-core-2.21
+	@if [[ -n "$(EE_REF)" ]]; then src=(--git-ref "$(EE_REF)" --repository "$$(scripts/publish/repository.sh)"); \
+	  else scripts/publish/build.sh $(PUB)/core-2.21 $(PUB_OUT) >/dev/null && src=(--tarball $(PUB_TARBALL)); fi; \
+	  $(PUB)/core-2.21/bin/python scripts/publish/ee.py --out $(EE_OUT) "$${src[@]}"
+
+# The execution environment's build context from a tarball and from a git ref.
+# ansible-builder create on the definition scripts/publish/ee.py writes, for a local tarball and for a
+# git ref: the context installs that source (tests/publish/test_execution_environment.py; no image is
+# built here: no container build).
+test-publish-ee: venv publish-venvs
+	@$(PUB_TIME) KDTREE_PUBLISH_VENV=$(PUB)/core-2.21 $(VBIN)/pytest -q -p no:cacheprovider \
+	  tests/publish/test_execution_environment.py
+
+# make collection's and make release's tarball and refusals.
+# make collection in a copy of this clone: refuses without a repository URL (no origin), with one its
+# tarball's MANIFEST.json names it; make release tags v<version> once, refuses a second time
+# (tests/publish/test_collection_build.py).
+test-publish-build: venv
+	@$(PUB_TIME) $(VBIN)/pytest -q -p no:cacheprovider tests/publish/test_collection_build.py
 
 # Every publishing check above, one after the other (about 4 min).
 # Everything above (about 4 minutes on 2 cores with the venvs cached), one after the other even under
 # make -j (make test's phases): they share the trees under build/publish, which each one makes afresh.
 test-publish: publish-venvs
 	@$(MAKE) --no-print-directory -j1 test-publish-sanity test-publish-sanity-older test-publish-units \
-	  test-publish-importer test-publish-docs test-publish-changelog test-publish-ee
+	  test-publish-importer test-publish-docs test-publish-changelog test-publish-ee test-publish-build
 
 TEST_TARGETS += test-publish

@@ -1,11 +1,13 @@
 """What one kdtree_history module call does (the module is its documentation, argument spec and
 main()): read, begin or finish an entry of a host's deploy history under the history's lock, and
-check the last good deploy's recorded drop-in fields for a previous rollback. Stdlib only."""
+check the last good deploy's recorded drop-in fields for a previous rollback; every write rewrites the
+textfile of the host's deploys and rollbacks too (module_utils/_change_metrics.py). Stdlib only."""
 
 from __future__ import annotations
 
 import os
 
+from ansible_collections.kdtree.fleet.plugins.module_utils import _change_metrics as change_metrics
 from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
 from ansible_collections.kdtree.fleet.plugins.module_utils._small_file import read_small
 
@@ -54,6 +56,12 @@ def run(params: dict, check_mode: bool) -> dict:
         with history.locked(path):  # read-modify-write: a concurrent writer waits, loses nothing
             entries = change(params, check_mode, history.load(path), out)
             history.save(path, entries)
+            textfile = change_metrics.textfile_for(path, params.get("textfile"))
+            if (
+                textfile
+            ):  # the host's deploys and rollbacks for node-exporter (module_utils/_change_metrics.py)
+                history.check_dir(os.path.dirname(textfile) or ".")
+                change_metrics.write(textfile, entries)
     good = history.last_good(entries, params.get("unlike_digest") or live)
     out.update(
         entries=entries,

@@ -78,6 +78,17 @@ options:
     description: Entries kept in the file (the last good one is always kept).
     type: int
     default: 20
+  textfile:
+    description:
+      - A Prometheus textfile for node-exporter's textfile collector, rewritten (atomically, 0644) on
+        every O(action=begin) and O(action=finish) after the history, saying when the newest deploy
+        and newest rollback ended, C(kdtree_fleet_change_timestamp_seconds{action,result,build_id,mode})
+        (module_utils/_change_metrics.py). The dashboard's deploy and rollback annotations read it.
+      - Its directory is created 0755 when missing and refused like the history's when it is not
+        root-owned or is writable by group or others. V("") writes none.
+      - Omitted, C(/var/lib/kdtree-metrics/kdtree_changes.prom) for the host's own history (the default
+        O(path)), none for a history at another path.
+    type: path
   restore:
     description:
       - Check the last good deploy's recorded drop-in fields for a C(previous) rollback
@@ -195,6 +206,7 @@ def main() -> None:
             "rolled_back_to": {"type": "str", "default": ""},
             "decode": {"type": "dict"},
             "keep": {"type": "int", "default": history.DEFAULT_KEEP},
+            "textfile": {"type": "path"},
             "restore": {
                 "type": "dict",
                 "options": {
