@@ -10,7 +10,7 @@ import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils import _change_metrics as changes
 from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
 from ansible_collections.kdtree.fleet.plugins.modules import kdtree_history
-from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.histories import deploy, params
+from ansible_collections.kdtree.fleet.tests.unit.helpers.histories import deploy, params
 
 SAMPLE = re.compile(
     r"^kdtree_fleet_change_timestamp_seconds"

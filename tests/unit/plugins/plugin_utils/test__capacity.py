@@ -197,7 +197,7 @@ def test_the_filters_word_refusals_as_filter_errors_saying_nothing_changed():
 def test_the_default_is_the_deploy_roles_documented_one():
     """The role's default is empty (this module's DEFAULT_MAX_UNAVAILABLE); its spec says which."""
     import yaml
-    from ansible_collections.kdtree.fleet.tests.unit.plugins.module_utils.collection_tree import ROOT
+    from ansible_collections.kdtree.fleet.tests.unit.helpers.collection_tree import ROOT
 
     spec = yaml.safe_load((ROOT / "roles" / "kdtree_deploy" / "meta" / "argument_specs.yml").read_text())
     option = spec["argument_specs"]["main"]["options"]["kdtree_deploy_max_unavailable"]
