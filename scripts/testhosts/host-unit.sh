@@ -25,7 +25,7 @@ unit_journal() {
 # to answer 200 (saying how long after the start); die with the run's journal when the unit fails or
 # the time is up.
 unit_up() {
-  local url=$1 wait=$2 t0 since="(already running)" code i
+  local url=$1 seconds=$2 t0 since="(already running)" code i
   systemctl enable -q sglang.service
   t0=$(date +%s.%N)
   if ((changed)) || ! systemctl is-active -q sglang.service; then
@@ -33,8 +33,8 @@ unit_up() {
     log "started sglang.service"
     since=""
   fi
-  ((wait > 0)) || return 0
-  for ((i = 0; i < wait * 5; i++)); do
+  ((seconds > 0)) || return 0
+  for ((i = 0; i < seconds * 5; i++)); do
     code="$(curl -s -m 2 -o /dev/null -w '%{http_code}' "$url" || true)"
     if [[ "$code" == 200 ]]; then
       [[ -n "$since" ]] || since="$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s after the start"
@@ -49,5 +49,5 @@ unit_up() {
     sleep 0.2
   done
   unit_journal 20
-  die "sglang.service not healthy after ${wait}s"
+  die "sglang.service not healthy after ${seconds}s"
 }
