@@ -34,6 +34,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -418,48 +419,66 @@ def fmt(value: float | None, spec: str) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
 
+@dataclass(frozen=True)
+class Goal:
+    """One of the issue's performance goals: the rows it judges, the figure, the least that passes."""
+
+    title: str
+    judges: Callable[[Row], bool]
+    figure: str  # the Row field judged (its worst row is the smallest)
+    least: float
+    written: str  # how the worst figure is written (str.format)
+    unmeasured: str  # why there is no verdict when no row is judged
+
+
+GOALS: tuple[Goal, ...] = (
+    Goal(
+        ">= 80% of roofline at prefix >= 32k, H*n <= 64",
+        # a mixed batch's imbalance is reported, not judged
+        lambda r: (
+            r.prefixes is None and r.prefix >= 32768 and r.heads * r.n <= 64 and not math.isnan(r.frac_peak)
+        ),
+        "frac_peak",
+        0.8,
+        "{:.0%}",
+        "no peak or no such shape",
+    ),
+    Goal(
+        ">= 5x Triton at prefix >= 8k",
+        lambda r: r.speedup is not None and r.prefix >= 8192,
+        "speedup",
+        5.0,
+        "{:.2f}x",
+        "no Triton column",
+    ),
+    Goal(
+        "never slower than Triton",
+        lambda r: r.speedup is not None,
+        "speedup",
+        1.0,
+        "{:.2f}x",
+        "no Triton column",
+    ),
+)
+
+
 def goals(rows: list[Row]) -> list[tuple[str, str]]:
     """The issue's performance goals: (text with the figure, PASS | FAIL | NOT MEASURED)."""
     out = []
-    uniform = [r for r in rows if r.prefixes is None]  # a mixed batch's imbalance is reported, not judged
-    sel = [r for r in uniform if r.prefix >= 32768 and r.heads * r.n <= 64 and not math.isnan(r.frac_peak)]
-    if sel:
-        worst = min(sel, key=lambda r: r.frac_peak)
+    for goal in GOALS:
+        judged = [r for r in rows if goal.judges(r)]
+        if not judged:
+            out.append((goal.title, f"NOT MEASURED ({goal.unmeasured})"))
+            continue
+        worst = min(judged, key=lambda r: getattr(r, goal.figure))
+        value = getattr(worst, goal.figure)
+        shape = f"H={worst.heads} batch={worst.batch} n={worst.n} prefix={worst.prefix}"
         out.append(
             (
-                f">= 80% of roofline at prefix >= 32k, H*n <= 64 (worst {worst.frac_peak:.0%}: "
-                f"H={worst.heads} batch={worst.batch} n={worst.n} prefix={worst.prefix})",
-                "PASS" if worst.frac_peak >= 0.8 else "FAIL",
+                f"{goal.title} (worst {goal.written.format(value)}: {shape})",
+                "PASS" if value >= goal.least else "FAIL",
             )
         )
-    else:
-        out.append(
-            (">= 80% of roofline at prefix >= 32k, H*n <= 64", "NOT MEASURED (no peak or no such shape)")
-        )
-    with_triton = [r for r in rows if r.speedup is not None]
-    sel = [r for r in with_triton if r.prefix >= 8192]
-    if sel:
-        worst = min(sel, key=lambda r: r.speedup)
-        out.append(
-            (
-                f">= 5x Triton at prefix >= 8k (worst {worst.speedup:.2f}x: H={worst.heads} "
-                f"batch={worst.batch} n={worst.n} prefix={worst.prefix})",
-                "PASS" if worst.speedup >= 5 else "FAIL",
-            )
-        )
-    else:
-        out.append((">= 5x Triton at prefix >= 8k", "NOT MEASURED (no Triton column)"))
-    if with_triton:
-        worst = min(with_triton, key=lambda r: r.speedup)
-        out.append(
-            (
-                f"never slower than Triton (worst {worst.speedup:.2f}x: H={worst.heads} batch={worst.batch} "
-                f"n={worst.n} prefix={worst.prefix})",
-                "PASS" if worst.speedup >= 1 else "FAIL",
-            )
-        )
-    else:
-        out.append(("never slower than Triton", "NOT MEASURED (no Triton column)"))
     return out
 
 

@@ -93,19 +93,6 @@ def abi4_balance(
     )
 
 
-def plan_balance(
-    vk: VerifyKernel,
-    prefixes: list[int],
-    n: int,
-    heads: int,
-    kv_dtype: str = "bfloat16",
-    num_sms: int = DEFAULT_SMS,
-    block_m: int = 0,
-) -> Balance:
-    """The balance of the call the binding would make for this batch (its split count, its plan)."""
-    return plan_balances(vk, prefixes, n, heads, kv_dtype, num_sms, block_m)[1]
-
-
 def plan_balances(
     vk: VerifyKernel,
     prefixes: list[int],

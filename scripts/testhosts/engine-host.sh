@@ -106,7 +106,7 @@ start_host() {
 install() {
   local name="$1" stage
   stage="$(mktemp -d)"
-  cp "$HERE/engine-install.sh" "$ROOT/tests/engine/sglang.service" "$ROOT/tests/engine/engine.env" "$stage/"
+  cp "$HERE/engine-install.sh" "$HERE/host-unit.sh" "$ROOT/tests/engine/sglang.service" "$ROOT/tests/engine/engine.env" "$stage/"
   (cd "$ROOT/tests/engine" && find cpu_shims spec release -type f ! -path '*/__pycache__/*' -print0 | xargs -0 cp --parents -t "$stage")
   local start=()
   [[ "${KDTREE_ENGINE_NO_START:-0}" != 1 ]] || start=(--no-start)

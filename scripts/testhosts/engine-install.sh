@@ -44,6 +44,8 @@ UNIT=/etc/systemd/system/sglang.service
 changed=0
 log() { echo "engine-install: $*"; }
 die() { echo "engine-install: $*" >&2; exit 1; }
+# shellcheck source=host-unit.sh
+source "$(dirname "${BASH_SOURCE[0]}")/host-unit.sh"
 
 # shellcheck source=../../tests/engine/engine.env
 source "$SRC/engine.env"
@@ -99,38 +101,6 @@ sed -e "s|@ENGINE_VENV@|$VENV|g" -e "s|@ENGINE_TARGET@|$ENGINE_TARGET|g" -e "s|@
 if grep -q '@ENGINE_' "$rendered"; then
   die "unfilled placeholder in the unit: $(grep -o '@ENGINE_[A-Z_]*@' "$rendered" | sort -u | tr '\n' ' ')"
 fi
-if ! cmp -s "$rendered" "$UNIT"; then
-  install -m 0644 "$rendered" "$UNIT"
-  systemctl daemon-reload
-  log "installed $UNIT"
-  changed=1
-fi
-
+unit_put "$rendered" "$UNIT"
 ((START)) || exit 0
-systemctl enable -q sglang.service
-t0=$(date +%s.%N)
-since="(already running)"
-if ((changed)) || ! systemctl is-active -q sglang.service; then
-  systemctl restart sglang.service
-  log "started sglang.service"
-  since=""
-fi
-((WAIT > 0)) || exit 0
-for ((i = 0; i < WAIT * 5; i++)); do
-  code="$(curl -s -o /dev/null -w '%{http_code}' "$ENGINE_HEALTH_URL" || true)"
-  if [[ "$code" == 200 ]]; then
-    [[ -n "$since" ]] || since="$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s after the start"
-    log "sglang.service healthy ($ENGINE_HEALTH_URL 200) $since"
-    exit 0
-  fi
-  if [[ "$(systemctl show -p ActiveState --value sglang.service)" == failed ]]; then
-    journalctl -o cat --no-pager _SYSTEMD_INVOCATION_ID="$(systemctl show -p InvocationID --value sglang.service)" |
-      tail -n 40 >&2
-    systemctl status --no-pager sglang.service >&2 || true
-    die "sglang.service failed"
-  fi
-  sleep 0.2
-done
-journalctl -o cat --no-pager _SYSTEMD_INVOCATION_ID="$(systemctl show -p InvocationID --value sglang.service)" |
-  tail -n 20 >&2
-die "sglang.service not healthy after ${WAIT}s"
+unit_up "$ENGINE_HEALTH_URL" "$WAIT"

@@ -30,6 +30,9 @@ MODEL=/models/tiny-test
 VERSION=0.5.23+testdouble
 changed=0
 log() { echo "install-double: $*"; }
+die() { echo "install-double: $*" >&2; exit 1; }
+# shellcheck source=host-unit.sh
+source "$(dirname "${BASH_SOURCE[0]}")/host-unit.sh"
 
 if [[ ! -x "$VENV/bin/python" ]]; then
   /usr/bin/python3 -m venv "$VENV"
@@ -80,33 +83,6 @@ JSON
   log "created $MODEL"
 fi
 
-if ! cmp -s "$SRC/sglang.service" "$UNIT"; then
-  install -m 0644 "$SRC/sglang.service" "$UNIT"
-  systemctl daemon-reload
-  log "installed $UNIT"
-  changed=1
-fi
-
+unit_put "$SRC/sglang.service" "$UNIT"
 ((START)) || exit 0
-systemctl enable -q sglang.service
-if ((changed)) || ! systemctl is-active -q sglang.service; then
-  systemctl restart sglang.service
-  log "started sglang.service"
-fi
-if ((WAIT > 0)); then
-  for ((i = 0; i < WAIT * 5; i++)); do
-    code="$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/health || true)"
-    if [[ "$code" == 200 ]]; then
-      log "sglang.service healthy (/health 200)"
-      exit 0
-    fi
-    if [[ "$(systemctl show -p ActiveState --value sglang.service)" == failed ]]; then
-      journalctl -o cat --no-pager _SYSTEMD_INVOCATION_ID="$(systemctl show -p InvocationID --value sglang.service)" | tail -n 40 >&2
-      log "sglang.service failed"
-      exit 1
-    fi
-    sleep 0.2
-  done
-  log "sglang.service not healthy after ${WAIT}s"
-  exit 1
-fi
+unit_up http://127.0.0.1:30000/health "$WAIT"
