@@ -54,7 +54,7 @@ lint: venv $(LINT_TARGETS)
 # scenarios (MOLECULE_JOBS at a time); 3. every other suite (TEST_TARGETS without the first two; the
 # components' files add them). A target that fails stops its phase once the targets running beside it end.
 TEST_JOBS ?= 2
-TEST_PREP := testhost-image sglang-venv engine-model sglang-venv-oldest publish-venvs router-venv sglang-wheels
+TEST_PREP := testhost-image sglang-venv engine-model sglang-venv-oldest publish-venvs router-venv smg-venv sglang-wheels
 # phase 3 starts the longest first (make -j takes the list in order), the rest as the files list them
 TEST_LONGEST := test-drain-traffic test-publish test-drain-fast test-kernel mutation-check test-testhosts
 TEST_LAST := $(foreach t,$(TEST_LONGEST),$(filter $(t),$(TEST_TARGETS))) \

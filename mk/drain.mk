@@ -1,17 +1,26 @@
-# Drain and rejoin around restarts (issue 25): SGLang's router venv and the fast tests of the router
-# client against the real router in front of local SGLang test doubles (no container).
-.PHONY: router-venv test-drain-fast test-drain-traffic bench-drain
+# Drain and rejoin around restarts (issue 25): the venvs of SGLang's router and of its successor smg,
+# and the fast tests of the router client against both real routers in front of local SGLang test
+# doubles (no container).
+.PHONY: router-venv smg-venv test-drain-fast test-drain-traffic bench-drain
 
 ROUTER_VENV := $(ROOT)/.cache/router-venv
+ROUTER_REQ := sglang-router==0.3.2
+SMG_VENV := $(ROOT)/.cache/smg-venv
+SMG_REQ := smg==1.13.0
 
 # Cached venv with sglang-router==0.3.2.
 # Made by scripts/router-venv.sh; CI keeps .cache.
 router-venv:
-	bash scripts/router-venv.sh $(ROUTER_VENV)
+	bash scripts/router-venv.sh $(ROUTER_VENV) $(ROUTER_REQ)
 
-# The router client, the drain role and the traffic check (tests/drain).
-test-drain-fast: venv router-venv
-	KDTREE_ROUTER_VENV=$(ROUTER_VENV) $(VBIN)/pytest -q tests/drain
+# Cached venv with smg==1.13.0, the router's successor (kdtree_drain_router_kind smg).
+# Made by scripts/router-venv.sh like router-venv; CI keeps .cache.
+smg-venv:
+	bash scripts/router-venv.sh $(SMG_VENV) $(SMG_REQ)
+
+# The router client, the drain role and the traffic check (tests/drain), with sglang-router and smg.
+test-drain-fast: venv router-venv smg-venv
+	KDTREE_ROUTER_VENV=$(ROUTER_VENV) KDTREE_SMG_VENV=$(SMG_VENV) $(VBIN)/pytest -q tests/drain
 
 TEST_TARGETS += test-drain-fast
 TEST_FAST_TARGETS += test-drain-fast

@@ -1,11 +1,18 @@
-"""Client of SGLang's router worker API (sglang-router 0.3.2, docs/drain.md), the safety rule of a
-drain, and the wait for a host's in-flight requests (SGLang's own GET /v1/loads). No Ansible imports.
+"""Client of SGLang's router worker API (sglang-router 0.3.2 or its successor smg 1.13.0: KINDS,
+docs/drain.md), the safety rule of a drain, and the wait for a host's in-flight requests (SGLang's own
+GET /v1/loads). No Ansible imports.
 
 Every request goes through the project's bounded client (_http_client: one deadline per request, no
 redirects, answers of at most MAX_ANSWER bytes). The router's worker changes are queued jobs (202
 Accepted): remove/add only ask, wait_for() polls GET /workers until the change shows, within its own
 bound. Odd answers (not JSON, nested too deep, no worker list, a worker without url) are a RouterError
 naming what was odd, never an empty fleet.
+
+The two kinds differ where the drain looks (both observed, docs/drain.md): smg lists each worker with a
+`status` ("ready", and "draining" for the seconds it keeps a removed worker listed, out of rotation, before
+it drops it), counts a worker healthy only when it is `ready`, and answers 409 to an addition of a URL it
+lists already. sglang-router's records carry no `status`. A record that does not match the kind the
+inventory names is a RouterError naming the kind to set, before anything changes.
 
 Worker URLs are compared in one form, canonical(): scheme and host lower case, the port as a number
 (80/443 when absent), IPv6 addresses compressed, no trailing slash. A worker the router does not list
@@ -35,6 +42,9 @@ MAX_ANSWER = 1 << 20  # 1 MiB: a router listing thousands of workers stays far b
 ANSWER_LIMITS = http_client.Limits(max_body=MAX_ANSWER)
 FRAGMENT = 4  # any run of this many characters of the key is hidden in every text that leaves
 LISTED_SHOWN = 20  # at most this many of the router's workers are named in a refusal
+SGLANG_ROUTER, SMG = "sglang-router", "smg"
+KINDS = (SGLANG_ROUTER, SMG)  # the routers whose worker API the client speaks
+SMG_READY, SMG_DRAINING = "ready", "draining"  # smg's status of a routed worker, and of one leaving
 _USERINFO = re.compile(r"(?<=//)[^/?#@\s]*@")
 _BEARER = re.compile(r"(?i)\bbearer\s+[^\s\"',;}]+")
 _AUTH = re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)(?:[a-z]+\s+)?[^\s\"',;}]+")
@@ -184,16 +194,24 @@ def _port(url: str) -> str:
 
 @dataclass(frozen=True)
 class Worker:
-    """One worker as GET /workers lists it: `url` canonical, `listed` as the router spells it."""
+    """One worker as GET /workers lists it: `url` canonical, `listed` as the router spells it, `status`
+    smg's (empty for sglang-router)."""
 
     id: str
     url: str
     healthy: bool
     load: int
     listed: str = ""
+    status: str = ""
+
+    @property
+    def leaving(self) -> bool:
+        """smg removes it already: out of rotation, listed only until smg drops it."""
+        return self.status == SMG_DRAINING
 
     def as_dict(self) -> dict:
-        return {"id": self.id, "url": self.listed or self.url, "healthy": self.healthy, "load": self.load}
+        shown_ = {"id": self.id, "url": self.listed or self.url, "healthy": self.healthy, "load": self.load}
+        return {**shown_, "status": self.status} if self.status else shown_
 
 
 def parse_json(raw: bytes, what: str) -> object:
@@ -207,7 +225,8 @@ def parse_json(raw: bytes, what: str) -> object:
 
 
 class Router:
-    """SGLang's router at `url`; `api_key` is sent as a Bearer token and never appears in an error."""
+    """SGLang's router at `url`, of `kind` (one of KINDS); `api_key` is sent as a Bearer token and never
+    appears in an error."""
 
     def __init__(
         self,
@@ -217,7 +236,11 @@ class Router:
         request: Callable[..., http_client.Answer] = http_client.request,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        kind: str = SGLANG_ROUTER,
     ) -> None:
+        if kind not in KINDS:
+            raise RouterError(f"the router kind must be one of {', '.join(KINDS)}, got {shown(kind)}")
+        self.kind = kind
         self.api_key = api_key
         self.url = canonical(url, "router URL")
         self.timeout_s = timeout_s
@@ -236,7 +259,7 @@ class Router:
         """A worker as a result shows it: what the router sent, scrubbed."""
         return {k: self._echo(v) if isinstance(v, str) else v for k, v in worker.as_dict().items()}
 
-    def _call(self, method: str, path: str, payload: dict | None = None, ok_404: bool = False) -> dict:
+    def _call(self, method: str, path: str, payload: dict | None = None, ok: tuple[int, ...] = ()) -> dict:
         headers = {"Accept": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
@@ -255,7 +278,7 @@ class Router:
                 limits=ANSWER_LIMITS,
             )
         except http_client.HttpFailure as exc:
-            if ok_404 and exc.status == 404:
+            if exc.status in ok:
                 return {}
             raise self._fail(f"router {method} {path}: {self._echo(exc.reason)}") from None
         if len(answer.body or b"") > MAX_ANSWER:
@@ -288,7 +311,27 @@ class Router:
             ) from None
         load = item.get("load", 0)
         load = load if isinstance(load, int) and not isinstance(load, bool) else 0
-        return Worker(str(item["id"]), url, healthy, load, item["url"])
+        status = self._status(item)
+        healthy = healthy and (self.kind != SMG or status == SMG_READY)
+        return Worker(str(item["id"]), url, healthy, load, item["url"], status)
+
+    def _status(self, item: dict) -> str:
+        """smg's status of the worker ('' for sglang-router); a record of the other kind is refused."""
+        status = item.get("status")
+        where = self._echo(shown(item["url"]))
+        if self.kind == SMG and not (isinstance(status, str) and status):
+            raise self._fail(
+                f"router GET /workers: worker {where} has no status, which smg lists for each worker: "
+                f"the router at {self.url} does not answer like smg (sglang-router? set "
+                f"kdtree_drain_router_kind: {SGLANG_ROUTER}). Nothing was changed"
+            )
+        if self.kind == SGLANG_ROUTER and status is not None:
+            raise self._fail(
+                f"router GET /workers: worker {where} has a status ({self._echo(_short_json(status, 40))}), "
+                f"which sglang-router never lists: the router at {self.url} answers like smg (set "
+                f"kdtree_drain_router_kind: {SMG}). Nothing was changed"
+            )
+        return status or ""
 
     def workers(self) -> list[Worker]:
         """GET /workers: every worker the router routes to."""
@@ -315,15 +358,31 @@ class Router:
         return found
 
     def remove(self, worker_url: str) -> bool:
-        """Ask the router to remove the worker (DELETE /workers/{id}, each entry that is it): True;
-        NotListed when it does not list it (never False: not listed is not drained)."""
+        """Ask the router to remove the worker (DELETE /workers/{id}, each entry that is it and is not
+        leaving already): True; NotListed when it does not list it (never False: not listed is not
+        drained)."""
         for worker in self.listed(worker_url):
-            self._call("DELETE", f"/workers/{urllib.parse.quote(worker.id, safe='')}", ok_404=True)
+            if not worker.leaving:  # smg drops a draining entry itself; another DELETE cuts its drain short
+                self._call("DELETE", f"/workers/{urllib.parse.quote(worker.id, safe='')}", ok=(404,))
         return True
 
     def add(self, worker_url: str) -> None:
-        """Ask the router to add the worker (POST /workers); the router checks its health itself."""
-        self._call("POST", "/workers", {"url": canonical(worker_url)})
+        """Ask the router to add the worker (POST /workers); the router checks its health itself. smg's
+        409 (it lists the URL already: an addition raced this one) is no failure: wait_for() decides."""
+        self._call("POST", "/workers", {"url": canonical(worker_url)}, ok=(409,) if self.kind == SMG else ())
+
+    def rejoin(self, worker_url: str, timeout_s: float) -> Worker | None:
+        """Put the worker back and wait (within timeout_s) until it is listed healthy: nothing asked when
+        it is listed already, and an entry smg is still dropping (leaving) is waited out first (smg
+        refuses to add a URL it lists)."""
+        deadline = self._clock() + timeout_s
+        found = self.matching(worker_url)
+        if found and all(w.leaving for w in found):
+            self.wait_for(worker_url, present=False, timeout_s=timeout_s)
+            found = []
+        if not found:
+            self.add(worker_url)
+        return self.wait_for(worker_url, present=True, timeout_s=max(0.0, deadline - self._clock()))
 
     def wait_for(self, worker_url: str, present: bool, timeout_s: float) -> Worker | None:
         """Poll GET /workers until the worker is absent (present=False) or listed and healthy

@@ -1,6 +1,6 @@
 #!/usr/bin/python
-"""Take a host out of SGLang's router and put it back, check the drain's safety rule, wait for the
-host's in-flight requests (the thin Ansible side of module_utils/_router)."""
+"""Take a host out of SGLang's router (sglang-router or smg) and put it back, check the drain's safety
+rule, wait for the host's in-flight requests (the thin Ansible side of module_utils/_router)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ DOCUMENTATION = r"""
 module: kdtree_router
 short_description: Drain a host from SGLang's router and rejoin it
 description:
-  - Talks to SGLang's router (sglang-router 0.3.2, its worker API C(GET /workers), C(POST /workers),
-    C(DELETE /workers/{id})) and to the host's own SGLang (C(GET /v1/loads)). The role
-    kdtree.fleet.kdtree_drain calls it around every restart the collection makes.
+  - Talks to SGLang's router (sglang-router 0.3.2 or its successor smg 1.13.0, as O(router_kind) says;
+    their worker API C(GET /workers), C(POST /workers), C(DELETE /workers/{id})) and to the host's own
+    SGLang (C(GET /v1/loads)). The role kdtree.fleet.kdtree_drain calls it around every restart the
+    collection makes.
   - O(action=check) refuses (fails) when removing O(draining) would take more than O(max_share) of the
     router's healthy workers out at once, or leave it none. Changes nothing.
   - O(action=remove) asks the router to remove O(worker_url) and waits until C(GET /workers) no
@@ -45,6 +46,15 @@ options:
     description: The router's base URL (every action but V(wait_idle); V(record) compares with it).
     type: str
     default: ""
+  router_kind:
+    description: >-
+      Which router answers at O(router_url). V(smg) lists a removed worker as C(draining) (out of
+      rotation) for a few seconds before it drops it, and counts a worker healthy only when its
+      C(status) is C(ready). A worker list that does not look like this kind (a C(status) from
+      V(sglang-router), none from V(smg)) is a failure naming the kind to set, before anything changes.
+    type: str
+    default: sglang-router
+    choices: [sglang-router, smg]
   api_key:
     description: The router's API key (also sent to the host's SGLang by V(wait_idle)); may be empty.
     type: str
@@ -137,7 +147,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 workers:
-  description: The router's workers (V(workers), V(check)), each with id, url, healthy and load.
+  description: >-
+    The router's workers (V(workers), V(check)), each with id, url, healthy and load (and smg's status).
   type: list
   elements: dict
   returned: for workers and check
@@ -176,6 +187,7 @@ ACTIONS = ("workers", "check", "remove", "add", "wait_idle", "record")
 ARGUMENT_SPEC = {
     "action": {"type": "str", "required": True, "choices": list(ACTIONS)},
     "router_url": {"type": "str", "default": ""},
+    "router_kind": {"type": "str", "default": router.SGLANG_ROUTER, "choices": list(router.KINDS)},
     "api_key": {"type": "str", "default": "", "no_log": True},
     "worker_url": {"type": "str", "default": ""},
     "draining": {"type": "list", "elements": "str", "default": []},
@@ -236,15 +248,12 @@ def remove(client: router.Router, p: dict, check_mode: bool) -> tuple[dict, list
 
 def add(client: router.Router, p: dict, check_mode: bool) -> tuple[dict, list[str]]:
     """V(add): nothing when the router lists the worker healthy already."""
-    found = client.matching(p["worker_url"])
-    healthy = next((w for w in found if w.healthy), None)
+    healthy = next((w for w in client.matching(p["worker_url"]) if w.healthy), None)
     if healthy is not None:
         return {"changed": False, "worker": client.show(healthy)}, []
     if check_mode:
         return {"changed": True, "worker": None, "msg": f"check mode: would add {p['worker_url']}"}, []
-    if not found:
-        client.add(p["worker_url"])
-    worker = client.wait_for(p["worker_url"], present=True, timeout_s=p["wait_timeout_s"])
+    worker = client.rejoin(p["worker_url"], p["wait_timeout_s"])
     return {"changed": True, "worker": client.show(worker) if worker else None}, []
 
 
@@ -257,7 +266,13 @@ def run(p: dict, check_mode: bool, request=http_client.request) -> tuple[dict, l
         return record(p)
     if not p["router_url"]:
         raise router.RouterError(f"{action} needs router_url")
-    client = router.Router(p["router_url"], p["api_key"], timeout_s=p["request_timeout_s"], request=request)
+    client = router.Router(
+        p["router_url"],
+        p["api_key"],
+        timeout_s=p["request_timeout_s"],
+        request=request,
+        kind=p["router_kind"],
+    )
     if action == "workers":
         return {"changed": False, "workers": [client.show(w) for w in client.workers()]}, []
     if action == "check":

@@ -1,6 +1,8 @@
 """Shared by the drain tests: the REAL SGLang router (sglang-router 0.3.2 from .cache/router-venv,
-`make router-venv`) in front of SGLang test doubles, all on 127.0.0.1, no container; a bounded client
-sending continuous traffic through the router and counting it (scripts/testhosts/traffic.py)."""
+`make router-venv`, or its successor smg 1.13.0 from .cache/smg-venv, `make smg-venv`: the fixture
+router_kind says which, sglang-router unless a test asks for smg) in front of SGLang test doubles, all on
+127.0.0.1, no container; a bounded client sending continuous traffic through the router and counting it
+(scripts/testhosts/traffic.py)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,14 @@ ROOT = Path(__file__).resolve().parents[2]
 DOUBLE = ROOT / "tests" / "doubles" / "sglang_double"
 ROUTER_VENV = Path(os.environ.get("KDTREE_ROUTER_VENV", ROOT / ".cache" / "router-venv"))
 ROUTER_BIN = ROUTER_VENV / "bin" / "sglang-router"
+SMG_VENV = Path(os.environ.get("KDTREE_SMG_VENV", ROOT / ".cache" / "smg-venv"))
+# each kind's launcher and the make target that builds its venv; both start with `<name> launch`
+BINS = {
+    router.SGLANG_ROUTER: (ROUTER_BIN, "make router-venv"),
+    router.SMG: (SMG_VENV / "bin" / "smg", "make smg-venv"),
+}
+# smg keeps its listener open 5 s after SIGTERM (a load balancer's propagation window): not in a test
+STOP_AT_ONCE = {router.SMG: ("--shutdown-grace-period-secs", "0")}
 KEY = "drain-test-key-7f3a9c"
 os.environ[traffic.KEY_ENV] = KEY  # the client's key
 Traffic = traffic.Traffic
@@ -85,16 +95,26 @@ class Double:
         return len(re.findall(r'"POST /generate HTTP/1.1" 200', text)) - text.count("ready to roll")
 
 
+def missing_router(kind: str) -> str:
+    """Why the router of `kind` cannot run here ('' when it can): its venv is not built."""
+    binary, target = BINS[kind]
+    return "" if binary.exists() else f"no {kind} venv: {binary} is missing ({target})"
+
+
 class Router:
-    def __init__(self, tmp: Path, workers: list[str], *extra: str) -> None:
+    """The real router of `kind` (sglang-router or smg; the same flags start both) on 127.0.0.1."""
+
+    def __init__(self, tmp: Path, workers: list[str], *extra: str, kind: str = router.SGLANG_ROUTER) -> None:
+        self.kind = kind
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [str(ROUTER_BIN), "launch", "--host", "127.0.0.1", "--port", str(self.port)]
+        cmd = [str(BINS[kind][0]), "launch", "--host", "127.0.0.1", "--port", str(self.port)]
         cmd += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
-        cmd += ["--policy", "round_robin", "--api-key", KEY, "--worker-urls", *workers, *extra]
+        cmd += [*STOP_AT_ONCE.get(kind, ()), "--policy", "round_robin", "--api-key", KEY]
+        cmd += ["--worker-urls", *workers, *extra]
         self.log = (tmp / f"router-{self.port}.log").open("w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        client = router.Router(self.url, KEY, timeout_s=5)
+        client = self.client()
 
         def ready() -> bool:
             try:
@@ -102,7 +122,11 @@ class Router:
             except router.RouterError:
                 return False
 
-        wait_until(ready, 30, "router with every worker healthy")
+        wait_until(ready, 30, f"{kind} with every worker healthy")
+
+    def client(self, key: str = KEY) -> router.Router:
+        """The collection's client of this router, of its kind."""
+        return router.Router(self.url, key, timeout_s=5, kind=self.kind)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -116,15 +140,22 @@ class Router:
 
 
 @pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Callable[..., tuple[Router, list[Double]]]]:
-    if not ROUTER_BIN.exists():  # the one reason to skip: make test-drain-fast builds it first
-        pytest.skip(f"no router venv at {ROUTER_VENV} (make router-venv)")
+def router_kind() -> str:
+    """The router the fleet runs (a test or a module parametrizes it to run smg too)."""
+    return router.SGLANG_ROUTER
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, router_kind: str) -> Iterator[Callable[..., tuple[Router, list[Double]]]]:
+    missing = missing_router(router_kind)
+    if missing:  # the one reason to skip: make test-drain-fast builds both venvs first
+        pytest.skip(missing)
     made: list = []
 
     def _make(*extra: str, hosts: int = 2) -> tuple[Router, list[Double]]:
         doubles = [Double(tmp_path, f"host{i}") for i in range(hosts)]
         made.extend(doubles)
-        rtr = Router(tmp_path, [d.url for d in doubles], *extra)
+        rtr = Router(tmp_path, [d.url for d in doubles], *extra, kind=router_kind)
         made.append(rtr)
         return rtr, doubles
 

@@ -1,6 +1,8 @@
 """roles/kdtree_drain through ansible-playbook on this machine (hosts h0..h2, local connection), against
 the REAL router in front of SGLang test doubles: drain, the safety rule over a batch, rejoin, the drain
-record and recover, the hooks. Records under tmp_path."""
+record and recover, the hooks. Records under tmp_path. The drain and the rejoin run with each router
+kind (sglang-router, smg: kdtree_drain_router_kind); the rest, which the kind does not change (recover
+rejoins through the same rejoin), with sglang-router."""
 
 from __future__ import annotations
 
@@ -93,15 +95,17 @@ def _router_vars(rtr, **more) -> dict:
     return {
         "kdtree_drain_mode": "sglang_router",
         "kdtree_drain_router_url": rtr.url,
+        "kdtree_drain_router_kind": rtr.kind,
         "kdtree_drain_router_api_key": KEY,
         **more,
     }
 
 
 def _listed(rtr) -> list[str]:
-    return sorted(w.url for w in router.Router(rtr.url, KEY).workers() if w.healthy)
+    return sorted(w.url for w in rtr.client().workers() if w.healthy)
 
 
+@pytest.mark.parametrize("router_kind", router.KINDS)
 def test_refuse_a_batch_over_the_share_then_drain_and_rejoin_one_host(fleet, tmp_path: Path) -> None:
     rtr, doubles = fleet(hosts=3)
     rc, text = _play(
@@ -135,7 +139,11 @@ def test_recover_keeps_an_unhealthy_host_out_and_rejoins_it_once_healthy(fleet, 
     assert rc == 0, text
     # the run is killed here, and the host's SGLang is down; the next run starts with recover (drain off)
     doubles[0].stop()
-    drain_off = {"kdtree_drain_router_url": rtr.url, "kdtree_drain_router_api_key": KEY}
+    drain_off = {
+        "kdtree_drain_router_url": rtr.url,
+        "kdtree_drain_router_kind": rtr.kind,
+        "kdtree_drain_router_api_key": KEY,
+    }
     rc, text = _play(tmp_path, "recover", "all", drain_off, doubles, limit="h0")
     assert rc == 0, text
     assert "was taken out of rotation by run" in text and "is NOT healthy: it stays out of rotation" in text

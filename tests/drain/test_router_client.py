@@ -1,9 +1,11 @@
-"""The router client (plugins/module_utils/_router.py) against the REAL SGLang router (sglang-router
-0.3.2 from .cache/router-venv, `make router-venv`) in front of SGLang test doubles, all on 127.0.0.1,
-no container. The drain under continuous traffic is proven here too: 0 failed requests with the
-drain, failures without it (the control, router retries off).
+"""The router client (plugins/module_utils/_router.py) against each REAL router it speaks to, in front
+of SGLang test doubles, all on 127.0.0.1, no container: sglang-router 0.3.2 (.cache/router-venv, `make
+router-venv`) and its successor smg 1.13.0 (.cache/smg-venv, `make smg-venv`), every router test once
+per kind. The drain under continuous traffic is proven here too: 0 failed requests with the drain,
+failures without it (the control, router retries off). What only smg does (a removed worker listed as
+draining, 409 for a URL it lists) and a kind set wrong have tests of their own (test_smg.py).
 
-Skipped only when the router venv is absent (make test-drain-fast builds it first).
+A router's tests are skipped only when its venv is absent (make test-drain-fast builds both first).
 """
 
 from __future__ import annotations
@@ -16,7 +18,13 @@ import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils import _http_client as http_client
 from ansible_collections.kdtree.fleet.plugins.module_utils import _router as router
 from ansible_collections.kdtree.fleet.tests.helpers.polling import free_port, wait_until
-from conftest import KEY, Double, Traffic
+from conftest import Double, Traffic
+
+
+@pytest.fixture(params=router.KINDS)
+def router_kind(request: pytest.FixtureRequest) -> str:
+    """Every test of this module that runs a router runs once with each kind."""
+    return request.param
 
 
 def _restart(host: Double, client: router.Router | None) -> None:
@@ -36,7 +44,7 @@ def _restart(host: Double, client: router.Router | None) -> None:
 
 def test_workers_remove_add_are_queued_and_waited_for(fleet) -> None:
     rtr, (one, two) = fleet()
-    client = router.Router(rtr.url, KEY, timeout_s=5)
+    client = rtr.client()
     assert sorted(w.url for w in client.workers()) == sorted([one.url, two.url])
     assert all(w.healthy for w in client.workers())
     assert client.remove(two.url) is True
@@ -53,22 +61,23 @@ def test_the_key_is_sent_and_never_shown(fleet) -> None:
     rtr, _ = fleet()
     wrong = "wrong-key-0123456789"
     with pytest.raises(router.RouterError) as info:
-        router.Router(rtr.url, wrong, timeout_s=5).workers()
+        rtr.client(wrong).workers()
     assert "401" in str(info.value)
     assert wrong not in str(info.value)
     with pytest.raises(router.RouterError, match="401"):
-        router.Router(rtr.url, "", timeout_s=5).workers()
+        rtr.client("").workers()
 
 
 def test_wait_for_a_worker_that_never_comes_fails_naming_it(fleet, tmp_path: Path) -> None:
     rtr, _ = fleet(hosts=1)
-    client = router.Router(rtr.url, KEY, timeout_s=5)
+    client = rtr.client()
     dead = f"http://127.0.0.1:{free_port()}"
     client.add(dead)
     with pytest.raises(router.RouterError, match=r"not listed and healthy within 1\.5 s"):
         client.wait_for(dead, present=True, timeout_s=1.5)
 
 
+@pytest.mark.parametrize("router_kind", [router.SGLANG_ROUTER])  # reads SGLang only: one router will do
 def test_in_flight_is_read_from_sglang_and_its_timeout_is_a_failure(fleet) -> None:
     _, (one,) = fleet(hosts=1)
     assert router.in_flight(one.url, timeout_s=5) == 0
@@ -87,7 +96,7 @@ def test_in_flight_is_read_from_sglang_and_its_timeout_is_a_failure(fleet) -> No
 
 def test_drain_under_traffic_loses_nothing_and_the_control_does(fleet) -> None:
     rtr, hosts = fleet(hosts=2)
-    client = router.Router(rtr.url, KEY, timeout_s=5)
+    client = rtr.client()
     with Traffic(rtr.url) as traffic:
         time.sleep(1)
         for host in hosts:

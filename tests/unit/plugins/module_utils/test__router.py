@@ -49,6 +49,7 @@ def params(**more) -> dict:
     base = {
         "action": "workers",
         "router_url": "http://router.test:30000",
+        "router_kind": router.SGLANG_ROUTER,
         "api_key": KEY,
         "worker_url": "",
         "draining": [],
@@ -225,3 +226,38 @@ def test_remove_waits_until_every_entry_of_the_worker_is_gone() -> None:
     result = kdtree_router.run(params(action="remove", worker_url="http://h:30000"), False, request=fake)[0]
     assert result["changed"]
     assert [w["url"] for w in fake.workers] == ["http://other:30000"]
+
+
+def _smg_record(status: object, healthy: bool = True) -> dict:
+    record = {"id": "01a2-0", "url": "http://h:30000", "is_healthy": healthy, "load": 0}
+    return record if status is None else {**record, "status": status}
+
+
+@pytest.mark.parametrize(("status", "healthy"), [("ready", True), ("pending", False), ("draining", False)])
+def test_smg_counts_a_worker_healthy_only_when_it_is_ready(status: str, healthy: bool) -> None:
+    fake = FakeRouter()
+    fake.workers = [_smg_record(status)]
+    (worker,) = router.Router("http://router.test:30000", kind=router.SMG, request=fake).workers()
+    assert worker.healthy is healthy and worker.status == status
+    assert worker.leaving is (status == router.SMG_DRAINING)
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "said"),
+    [
+        (router.SMG, None, "does not answer like smg .*kdtree_drain_router_kind: sglang-router"),
+        (router.SMG, "", "does not answer like smg"),
+        (router.SGLANG_ROUTER, "ready", "answers like smg .*kdtree_drain_router_kind: smg"),
+    ],
+)
+def test_a_worker_list_of_the_other_kind_is_refused_before_any_change(kind: str, status, said: str) -> None:
+    fake = FakeRouter()
+    fake.workers = [_smg_record(status)]
+    client = router.Router("http://router.test:30000", kind=kind, request=fake)
+    with pytest.raises(router.RouterError, match=said):
+        client.remove("http://h:30000")
+    assert fake.changes() == []
+    failed, result, _ = kdtree_router.outcome(
+        params(action="check", router_kind=kind, worker_url="http://h:30000"), False, request=fake
+    )
+    assert failed and "Nothing was changed" in result["msg"]
