@@ -84,12 +84,15 @@ def test_play_2_is_the_deploy_on_the_qualified_group_and_hosts_can_be_chosen(tmp
     assert plays[0][1:] == (["gpu-hosts"], ["g1", "g2"])
     assert plays[1][0] == "Deploy kdtree verify attention to SGLang hosts"
     assert plays[1][1:] == (["kdtree_promote_qualified"], ["g1"])
-    # the closing report (report.yml's play, which deploy.yml imports) covers every host judged
-    assert plays[-1][0] == "Report the kdtree state of SGLang hosts (read-only)"
-    assert plays[-1][1:] == (["gpu-hosts"], ["g1", "g2"])
+    # the closing report (report.yml's play, which deploy.yml imports) covers every host judged; the
+    # deploy's last play then fails the promoted hosts whose deploy failed or stopped
+    assert plays[-2][0] == "Report the kdtree state of SGLang hosts (read-only)"
+    assert plays[-2][1:] == (["gpu-hosts"], ["g1", "g2"])
+    assert plays[-1][0] == "Fail the hosts whose deploy failed or stopped"
+    assert plays[-1][1:] == (["kdtree_promote_qualified"], ["g1"])
     out = _playbook(tmp_path, inventory, "--list-hosts", "-e", "kdtree_promote_hosts=canary")
     assert _plays(out.stdout)[0][1:] == (["canary"], ["g2"])
-    assert _plays(out.stdout)[-1][1:] == (["canary"], ["g2"])
+    assert _plays(out.stdout)[-2][1:] == (["canary"], ["g2"])
 
 
 def test_play_2_deploys_mode_on_with_the_deploy_s_own_flow():
