@@ -440,7 +440,8 @@ def wait_idle(
     """Wait until the host's SGLang has had no request in flight for settle_s on end (a request the
     router picked this host for just before the removal showed may still be on its way);
     InFlightTimeout when timeout_s runs out first. With `chunk` (the same timeout_s, less what earlier
-    calls waited): ChunkOver when its share is used up first (a next call counts settle_s afresh)."""
+    calls waited): ChunkOver when its share is used up while requests are in flight - never while the
+    host settles, as a next call would count settle_s afresh (and never settle when settle_s > chunk_s)."""
     chunk = chunk or Chunk(timeout_s, clock=clock)
     deadline = chunk.deadline
     idle_since: float | None = None
@@ -460,5 +461,6 @@ def wait_idle(
                 if left
                 else f"{where} was not idle for {settle_s:g} s on end within {timeout_s:g} s of draining"
             )
-        chunk.check(now, f"{left} request(s) in flight" if left else f"idle for {now - idle_since:.0f} s")
+        if left:
+            chunk.check(now, f"{left} request(s) in flight")
         sleep(POLL_S)

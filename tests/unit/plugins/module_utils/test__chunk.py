@@ -83,6 +83,22 @@ def test_wait_idle_returns_after_its_chunk_and_goes_on_until_the_host_is_idle() 
     assert result["waited_s"] == pytest.approx(26, abs=0.5)  # 25 s busy, then 1 s settled
 
 
+def test_wait_idle_never_ends_a_chunk_while_the_host_settles(monkeypatch) -> None:
+    clock = Clock()
+    chunk = Chunk(300, chunk_s=10, clock=clock)
+    # idle from the start, settle_s longer than a chunk: one call settles (a next call would start over)
+    result = router.wait_idle(
+        "http://h:30000",
+        300,
+        settle_s=15,
+        request=lambda *a, **k: loads(0),
+        clock=clock,
+        sleep=clock.sleep,
+        chunk=chunk,
+    )
+    assert result["in_flight"] == 0 and result["waited_s"] == pytest.approx(15, abs=0.3)
+
+
 def test_wait_idle_in_chunks_still_fails_at_its_limit_with_its_own_message() -> None:
     clock = Clock()
     waited = 0.0
