@@ -9,13 +9,13 @@ from __future__ import annotations
 import http.server
 import json
 import re
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PLAYBOOK_BIN, run_play
+from ansible_collections.kdtree.fleet.tests.unit.helpers.http_servers import reply, serving
+from conftest import PLAYBOOK_BIN, role_play, run_play
 
 pytestmark = pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv")
 
@@ -28,6 +28,7 @@ class Loads(http.server.BaseHTTPRequestHandler):
     busy_s = 0.0  # how long one request stays in flight, from the first GET /v1/loads
     first = 0.0
     asked = 0
+    url = ""
 
     def do_GET(self) -> None:
         kind = type(self)
@@ -35,11 +36,7 @@ class Loads(http.server.BaseHTTPRequestHandler):
         kind.first = kind.first or time.monotonic()
         running = 1 if time.monotonic() - kind.first < self.busy_s else 0
         body = json.dumps({"loads": [{"num_running_reqs": running, "num_waiting_reqs": 0}]}).encode()
-        self.send_response(200 if self.path == "/v1/loads" else 404)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        reply(self, 200 if self.path == "/v1/loads" else 404, body, "application/json")
 
     def log_message(self, *args) -> None:
         pass
@@ -48,37 +45,23 @@ class Loads(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def sglang() -> Iterator[type[Loads]]:
     handler = type("BusyLoads", (Loads,), {})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    handler.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield handler
-    server.shutdown()
-    server.server_close()
+    with serving(handler) as url:
+        handler.url = url
+        yield handler
 
 
 def drain(tmp_path: Path, sglang: type[Loads], timeout_s: float, *extra: str):
-    play = {
-        "name": "Drain",
-        "hosts": "localhost",
-        "gather_facts": False,
-        "tasks": [
-            {
-                "name": "Drain the host",
-                "ansible.builtin.include_role": {"name": "kdtree.fleet.kdtree_drain", "tasks_from": "drain"},
-                "vars": {
-                    "kdtree_drain_mode": "hooks",
-                    "kdtree_drain_drain_command": ["true"],
-                    "kdtree_drain_rejoin_command": ["true"],
-                    "kdtree_drain_health_url": f"{sglang.url}/health",
-                    "kdtree_drain_record_path": str(tmp_path / "drain.json"),
-                    "kdtree_drain_timeout_s": timeout_s,
-                    "kdtree_drain_settle_s": 0.5,
-                    "kdtree_drain_progress_s": 1,
-                },
-            }
-        ],
+    role_vars = {
+        "kdtree_drain_mode": "hooks",
+        "kdtree_drain_drain_command": ["true"],
+        "kdtree_drain_rejoin_command": ["true"],
+        "kdtree_drain_health_url": f"{sglang.url}/health",
+        "kdtree_drain_record_path": str(tmp_path / "drain.json"),
+        "kdtree_drain_timeout_s": timeout_s,
+        "kdtree_drain_settle_s": 0.5,
+        "kdtree_drain_progress_s": 1,
     }
+    play = role_play("kdtree_drain", role_vars, tasks_from="drain")
     return run_play(tmp_path / "play.yml", play, *extra)
 
 
