@@ -2,7 +2,8 @@
 
 Ansible shows a task's result only when it ends; a model load can take 15 minutes. Calling the
 module for `chunk_s` seconds at a time lets this plugin print one progress line per chunk while the
-module itself still polls every `poll_s`, so a crash fails the task within a poll interval.
+module itself still polls every `poll_s`, so a crash fails the task within a poll interval. The loop is
+plugin_utils/_progress.run_chunks, shared with the other actions that wait.
 
 Between chunks the module's `run` result (module_utils/_smoke/run.RunState) goes back as its internal
 `_run` option (RUN_OPTION), so every chunk watches the same run. Internal options are underscored and
@@ -13,22 +14,15 @@ a run that ends in state=failed fails the task unless it is false.
 
 from __future__ import annotations
 
-from typing import Any
-
-from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible_collections.kdtree.fleet.plugins.module_utils._smoke.run import RUN_OPTION, RunState
+from ansible_collections.kdtree.fleet.plugins.plugin_utils import _progress as progress
 
 MODULE = "kdtree.fleet.kdtree_smoke"
 
 display = Display()
-
-
-def internal_options(args: dict[str, Any]) -> list[str]:
-    """The task's options that only this plugin may set (underscored: not in the module's documentation)."""
-    return sorted(name for name in args if name.startswith("_"))
 
 
 class ActionModule(ActionBase):
@@ -36,41 +30,22 @@ class ActionModule(ActionBase):
     _requires_connection = True
 
     def run(self, tmp=None, task_vars=None):
-        internal = internal_options(self._task.args)
-        if internal:
-            raise AnsibleActionFail(
-                f"{MODULE}: {', '.join(internal)} is internal (the action plugin sets it between chunks); "
-                "a task cannot set it"
-            )
+        progress.refuse_internal(MODULE, self._task.args)
         result = super().run(tmp, task_vars)
         module_args = dict(self._task.args)
         fail_on_error = boolean(module_args.pop("fail_on_error", True), strict=False)
         host = (task_vars or {}).get("inventory_hostname", "?")
         unit = module_args.get("unit")
-        changed = False
-        while True:
-            chunk = self._execute_module(module_name=MODULE, module_args=module_args, task_vars=task_vars)
-            if chunk.get("failed"):
-                result.update(chunk)
-                return _without_internal(result)
-            changed = changed or bool(chunk.get("changed"))
-            if chunk.get("state") != "pending":
-                break
-            display.display(f"  [{host}] {unit}: waiting {chunk.get('progress', '')}")
-            module_args.update(
-                {"restart": False, RUN_OPTION: RunState.from_option(chunk.get("run")).as_option()}
-            )
+        chunk, changed = progress.run_chunks(
+            lambda args: self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars),
+            module_args,
+            lambda chunk: {"restart": False, RUN_OPTION: RunState.from_option(chunk.get("run")).as_option()},
+            lambda chunk: display.display(progress.line(host, unit, chunk.get("progress", ""))),
+        )
         result.update(chunk)
+        if chunk.get("failed"):
+            return progress.without_internal(result)
         result["changed"] = changed
         if chunk.get("state") == "failed" and fail_on_error:
             result["failed"] = True
-        return _without_internal(result)
-
-
-def _without_internal(result: dict[str, Any]) -> dict[str, Any]:
-    """The result without the internal options in its invocation (the run is in `run` already)."""
-    module_args = (result.get("invocation") or {}).get("module_args")
-    if isinstance(module_args, dict):
-        for name in internal_options(module_args):
-            del module_args[name]
-    return result
+        return progress.without_internal(result)

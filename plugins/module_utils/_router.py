@@ -35,6 +35,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import _http_client as http_client
+from ansible_collections.kdtree.fleet.plugins.module_utils._chunk import Chunk, ChunkOver
+
+# The internal option of a continued V(add) (kdtree_router's action plugin sets it from the previous
+# call's `changed`): an earlier call of this wait asked the router to add the worker already.
+ASKED_OPTION = "_asked"
 
 POLL_S = 0.2
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -371,33 +376,47 @@ class Router:
         409 (it lists the URL already: an addition raced this one) is no failure: wait_for() decides."""
         self._call("POST", "/workers", {"url": canonical(worker_url)}, ok=(409,) if self.kind == SMG else ())
 
-    def rejoin(self, worker_url: str, timeout_s: float) -> Worker | None:
+    def rejoin(
+        self, worker_url: str, timeout_s: float, chunk: Chunk | None = None, asked: bool = False
+    ) -> Worker | None:
         """Put the worker back and wait (within timeout_s) until it is listed healthy: nothing asked when
-        it is listed already, and an entry smg is still dropping (leaving) is waited out first (smg
-        refuses to add a URL it lists)."""
-        deadline = self._clock() + timeout_s
-        found = self.matching(worker_url)
-        if found and all(w.leaving for w in found):
-            self.wait_for(worker_url, present=False, timeout_s=timeout_s)
-            found = []
-        if not found:
-            self.add(worker_url)
-        return self.wait_for(worker_url, present=True, timeout_s=max(0.0, deadline - self._clock()))
+        it is listed already or `asked` (an earlier call of this wait asked), and an entry smg is still
+        dropping (leaving) is waited out first (smg refuses to add a URL it lists). With `chunk`, as
+        wait_for(); the ChunkOver it raises says in `asked` whether the router was asked by now."""
+        chunk = chunk or Chunk(timeout_s, clock=self._clock)
+        try:
+            found = self.matching(worker_url)
+            if found and all(w.leaving for w in found):
+                self.wait_for(worker_url, present=False, timeout_s=timeout_s, chunk=chunk)
+                found = []
+            if not found and not asked:
+                self.add(worker_url)
+                asked = True
+            return self.wait_for(worker_url, present=True, timeout_s=timeout_s, chunk=chunk)
+        except ChunkOver as over:
+            over.asked = asked
+            raise
 
-    def wait_for(self, worker_url: str, present: bool, timeout_s: float) -> Worker | None:
+    def wait_for(
+        self, worker_url: str, present: bool, timeout_s: float, chunk: Chunk | None = None
+    ) -> Worker | None:
         """Poll GET /workers until the worker is absent (present=False) or listed and healthy
-        (present=True), within timeout_s; RouterError naming what was last seen when it runs out."""
+        (present=True), within timeout_s; RouterError naming what was last seen when it runs out.
+        With `chunk` (the same timeout_s, less what earlier calls waited): ChunkOver when its share
+        is used up first."""
         want = canonical(worker_url)
-        deadline = self._clock() + timeout_s
+        chunk = chunk or Chunk(timeout_s, clock=self._clock)
         while True:
             found = self.matching(want)
             worker = found[0] if found else None
             if (not found) if not present else any(w.healthy for w in found):
                 return next((w for w in found if w.healthy), None)
-            if self._clock() >= deadline:
-                seen = "not listed" if worker is None else f"listed, healthy={worker.healthy}"
+            seen = "not listed" if worker is None else f"listed, healthy={worker.healthy}"
+            now = self._clock()
+            if now >= chunk.deadline:
                 goal = "listed and healthy" if present else "removed"
                 raise self._fail(f"router: {want} not {goal} within {timeout_s:g} s (last seen: {seen})")
+            chunk.check(now, seen)
             self._sleep(POLL_S)
 
 
@@ -487,12 +506,15 @@ def wait_idle(
     request=http_client.request,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    chunk: Chunk | None = None,
 ) -> dict:
     """Wait until the host's SGLang has had no request in flight for settle_s on end (a request the
     router picked this host for just before the removal showed may still be on its way);
-    InFlightTimeout when timeout_s runs out first."""
-    started = clock()
-    deadline = started + timeout_s
+    InFlightTimeout when timeout_s runs out first. With `chunk` (the same timeout_s, less what earlier
+    calls waited): ChunkOver when its share is used up while requests are in flight - never while the
+    host settles, as a next call would count settle_s afresh (and never settle when settle_s > chunk_s)."""
+    chunk = chunk or Chunk(timeout_s, clock=clock)
+    deadline = chunk.deadline
     idle_since: float | None = None
     while True:
         left = in_flight(server_url, min(10.0, max(1.0, deadline - clock())), api_key, request)
@@ -502,7 +524,7 @@ def wait_idle(
         elif idle_since is None:
             idle_since = now
         if idle_since is not None and now - idle_since >= settle_s:
-            return {"waited_s": round(now - started, 3), "in_flight": 0}
+            return {"waited_s": round(chunk.waited(now), 3), "in_flight": 0}
         if now >= deadline:
             where = shown(server_url)
             raise InFlightTimeout(
@@ -510,4 +532,6 @@ def wait_idle(
                 if left
                 else f"{where} was not idle for {settle_s:g} s on end within {timeout_s:g} s of draining"
             )
+        if left:
+            chunk.check(now, f"{left} request(s) in flight")
         sleep(POLL_S)

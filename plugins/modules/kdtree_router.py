@@ -33,6 +33,11 @@ description:
   - O(action=wait_idle) runs on the host and waits until its SGLang at O(server_url) has had no request
     running or waiting for O(settle_s) on end; when O(timeout_s) runs out that is a failure with its own
     message, unless O(force=true) (a warning, and the restart goes on).
+  - The waits of V(remove), V(add) and V(wait_idle) run in chunks of O(chunk_s) seconds - each call
+    returns RV(state=pending) with RV(progress) when its chunk is used up - and the action plugin of the
+    same name calls the module again until the wait ends, printing one progress line per chunk (what is
+    waited for, how long of its limit, what was last seen). The limit is the whole wait's, never a
+    chunk's.
   - The API key is sent as a Bearer token and never appears in a result, a message or a log - nor any 4
     characters of it, an C(Authorization) or C(Bearer) value, or the user:password@ of a URL.
   - Answers are bounded (1 MiB); one nested too deeply or not JSON is a failure, never a traceback.
@@ -105,6 +110,12 @@ options:
     description: When V(wait_idle) runs out of time, warn and succeed instead of failing.
     type: bool
     default: false
+  chunk_s:
+    description: >-
+      Seconds one call waits before it returns RV(state=pending) (the action plugin prints a progress
+      line and calls again); V(0) waits to the end in one call.
+    type: float
+    default: 10
   record_path:
     description: The drain record on the host (V(record)).
     type: path
@@ -161,9 +172,17 @@ worker:
   type: dict
   returned: for remove and add
 waited_s:
-  description: Seconds V(wait_idle) waited (0 in check mode).
+  description: Seconds V(wait_idle) waited (0 in check mode); while pending, seconds the wait has waited.
   type: float
-  returned: for wait_idle
+  returned: for wait_idle, and while pending
+state:
+  description: V(pending) while a wait goes on after its chunk (the action plugin calls again).
+  type: str
+  returned: while pending
+progress:
+  description: What a pending wait waits for, how long of its limit, and what it saw last.
+  type: str
+  returned: while pending
 msg:
   description: In check mode, what V(remove), V(add) or V(wait_idle) would do.
   type: str
@@ -182,6 +201,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kdtree.fleet.plugins.module_utils import _drain_record as drain_record
 from ansible_collections.kdtree.fleet.plugins.module_utils import _http_client as http_client
 from ansible_collections.kdtree.fleet.plugins.module_utils import _router as router
+from ansible_collections.kdtree.fleet.plugins.module_utils._chunk import WAITED_OPTION, Chunk, ChunkOver
 
 ACTIONS = ("workers", "check", "remove", "add", "wait_idle", "record")
 ARGUMENT_SPEC = {
@@ -201,7 +221,27 @@ ARGUMENT_SPEC = {
     "force": {"type": "bool", "default": False},
     "record_path": {"type": "path", "default": ""},
     "rejoin_hooks": {"type": "bool", "default": False},
+    "chunk_s": {"type": "float", "default": 10.0},
+    # internal (the action plugin sets it between chunks; a task that sets it is refused)
+    WAITED_OPTION: {"type": "float", "default": None},
+    router.ASKED_OPTION: {"type": "bool", "default": False},
 }
+
+
+def chunk_of(p: dict, limit_s: float) -> Chunk:
+    """This call's share of a wait of `limit_s` (what earlier calls waited is the internal option)."""
+    return Chunk(limit_s, waited_s=p.get(WAITED_OPTION) or 0.0, chunk_s=p.get("chunk_s") or 0.0)
+
+
+def continued(p: dict) -> bool:
+    """Whether an earlier call started this wait (then its request is not sent again)."""
+    return p.get(WAITED_OPTION) is not None
+
+
+def pending(over: ChunkOver, what: str, changed: bool) -> tuple[dict, list[str]]:
+    """The result of a call whose chunk ran out before its wait ended."""
+    result = {"changed": changed, "state": "pending", "waited_s": round(over.waited_s, 3)}
+    return {**result, "progress": over.progress(what)}, []
 
 
 def wait_idle(p: dict, check_mode: bool, request) -> tuple[dict, list[str]]:
@@ -213,7 +253,16 @@ def wait_idle(p: dict, check_mode: bool, request) -> tuple[dict, list[str]]:
         msg = f"check mode: would wait up to {p['timeout_s']:g} s for no request in flight on {base}"
         return {"changed": False, "waited_s": 0.0, "msg": msg}, []
     try:
-        result = router.wait_idle(base, p["timeout_s"], p["api_key"], settle_s=p["settle_s"], request=request)
+        result = router.wait_idle(
+            base,
+            p["timeout_s"],
+            p["api_key"],
+            settle_s=p["settle_s"],
+            request=request,
+            chunk=chunk_of(p, p["timeout_s"]),
+        )
+    except ChunkOver as over:
+        return pending(over, f"no request in flight on {base}", changed=False)
     except router.InFlightTimeout as exc:
         if not p["force"]:
             raise
@@ -241,8 +290,17 @@ def remove(client: router.Router, p: dict, check_mode: bool) -> tuple[dict, list
         spelled = ", ".join(client.show(w)["url"] for w in found)
         msg = f"check mode: would remove {spelled} and wait up to {p['wait_timeout_s']:g} s for it to go"
         return {"changed": True, "worker": None, "msg": msg}, []
-    client.remove(p["worker_url"])
-    client.wait_for(p["worker_url"], present=False, timeout_s=p["wait_timeout_s"])
+    if not continued(p):
+        client.remove(p["worker_url"])
+    try:
+        client.wait_for(
+            p["worker_url"],
+            present=False,
+            timeout_s=p["wait_timeout_s"],
+            chunk=chunk_of(p, p["wait_timeout_s"]),
+        )
+    except ChunkOver as over:
+        return pending(over, f"the router to drop {router.canonical(p['worker_url'])}", changed=True)
     return {"changed": True, "worker": None}, []
 
 
@@ -253,7 +311,17 @@ def add(client: router.Router, p: dict, check_mode: bool) -> tuple[dict, list[st
         return {"changed": False, "worker": client.show(healthy)}, []
     if check_mode:
         return {"changed": True, "worker": None, "msg": f"check mode: would add {p['worker_url']}"}, []
-    worker = client.rejoin(p["worker_url"], p["wait_timeout_s"])
+    try:
+        worker = client.rejoin(
+            p["worker_url"],
+            p["wait_timeout_s"],
+            chunk=chunk_of(p, p["wait_timeout_s"]),
+            asked=bool(p.get(router.ASKED_OPTION)),
+        )
+    except ChunkOver as over:
+        # changed: whether this wait asked the router yet (the next call must not ask again)
+        what = f"the router to list {router.canonical(p['worker_url'])} healthy"
+        return pending(over, what, changed=over.asked)
     return {"changed": True, "worker": client.show(worker) if worker else None}, []
 
 

@@ -384,3 +384,60 @@ def test_a_claim_left_by_a_killed_run_is_broken_at_once(fleet, tmp_path):
     assert time.monotonic() - began < 120, "broken at once, not after 20 minutes"
     assert (_lib(fleet, "host2", probe["id"]).parent / "build.log").exists(), "compiled here"
     assert (fleet["cache"] / probe["id"] / "artifact.json").exists() and not claim.exists()
+
+
+SLOW_S = 3
+
+
+def progress_lines(out: str, what: str) -> list[tuple[int, int]]:
+    """(waited, limit) of each progress line about `what` (the output's whitespace is squeezed)."""
+    found = re.findall(rf"\[localhost\] {re.escape(what)}: waiting (\d+) s of (\d+) s", out)
+    return [(int(waited), int(limit)) for waited, limit in found]
+
+
+def test_a_slow_compile_and_a_host_waiting_for_its_artifact_print_progress_lines(
+    fleet, tmp_path, monkeypatch
+):
+    """A compile that takes seconds prints a line per kdtree_build_progress_s (1 s here; 10 s by default),
+    and so does a host waiting for the artifact of the sibling that claimed its compile; both end as
+    before. The compiler is the host double's g++ behind a wrapper that first sleeps."""
+    slow = tmp_path / "slow-g++"
+    slow.write_text(f'#!/bin/sh\nsleep {SLOW_S}\nexec g++ "$@"\n')
+    slow.chmod(0o755)
+    monkeypatch.setenv("CXX", str(slow))  # the compile runs on this machine: it inherits the controller's
+    nvcc = str(fleet["bin"] / "nvcc-12.9")  # a build the cache does not hold: compiled here
+    rc, out, got = _deploy_build(fleet, "host2", kdtree_build_nvcc=nvcc, kdtree_build_progress_s=1)
+    assert rc == 0 and got["path"] == "compile_host", out[-3000:]
+    compiled = progress_lines(out, f"compile host ({got['id']})")
+    assert len(compiled) >= 2 and {limit for _w, limit in compiled} == {630}, out[-3000:]
+    assert [w for w, _l in compiled] == sorted(w for w, _l in compiled)
+    assert _lib(fleet, "host2", got["id"]).exists()
+
+    # the artifact taken out of the cache again and its compile claimed by a sibling: host3 waits
+    artifact = fleet["cache"] / got["id"]
+    aside = tmp_path / "aside"
+    shutil.move(artifact, aside)
+    claim = fleet["cache"] / f".claim-{got['id']}"
+    claim.mkdir()
+    (claim / "host").write_text("sibling\n")
+
+    def sibling_shares_it_late():
+        deadline = time.time() + 300
+        while not (claim / "waiting").exists() and time.time() < deadline:
+            time.sleep(0.2)
+        time.sleep(SLOW_S)
+        shutil.move(aside, artifact)
+        shutil.rmtree(claim)
+
+    sibling = threading.Thread(target=sibling_shares_it_late)
+    sibling.start()
+    try:
+        rc, out, got3 = _deploy_build(fleet, "host3", kdtree_build_nvcc=nvcc, kdtree_build_progress_s=1)
+    finally:
+        sibling.join()
+    assert rc == 0 and got3 == got, out[-3000:]
+    waited = progress_lines(
+        out, f"the compile of {got['id']} (claimed, or the artifact of the host that claimed it)"
+    )
+    assert len(waited) >= 2 and {limit for _w, limit in waited} == {1230}, out[-3000:]
+    assert "from=artifact" in (_lib(fleet, "host3", got["id"]).parent / "BUILD_INFO").read_text()

@@ -261,3 +261,46 @@ def test_a_worker_list_of_the_other_kind_is_refused_before_any_change(kind: str,
         params(action="check", router_kind=kind, worker_url="http://h:30000"), False, request=fake
     )
     assert failed and "Nothing was changed" in result["msg"]
+
+
+class ListsAfter(FakeRouter):
+    """A router that lists an added worker only after `delay` GETs (its health checks first)."""
+
+    def __init__(self, delay: int) -> None:
+        super().__init__([])
+        self.delay = delay
+
+    def __call__(self, method: str, url: str, **kwargs) -> http_client.Answer:
+        if method == "POST":
+            self.delay_left = self.delay
+        elif method == "GET" and getattr(self, "delay_left", None) is not None:
+            self.delay_left -= 1
+            if self.delay_left == 0:
+                self.workers = [{"id": "w", "url": "http://10.0.0.5:8000", "is_healthy": True, "load": 0}]
+        return super().__call__(method, url, **kwargs)
+
+
+def test_a_rejoin_continued_in_a_later_chunk_never_asks_the_router_again() -> None:
+    """The chunked V(add): the first call asks and runs out of its chunk before the router lists the
+    worker; the next call (asked, as the action plugin passes it on) only waits."""
+    fake = ListsAfter(delay=1000)
+    clock = iter(range(0, 10_000)).__next__  # each reading one second later
+    client = router.Router("http://router.test:30000", KEY, request=fake, clock=clock, sleep=lambda _s: None)
+    chunk = router.Chunk(600, chunk_s=5, clock=clock)
+    with pytest.raises(router.ChunkOver) as first:
+        client.rejoin("http://10.0.0.5:8000", 600, chunk=chunk)
+    assert first.value.asked is True and fake.changes() == [("POST", "http://router.test:30000/workers")]
+    fake.delay_left = 2
+    again = router.Chunk(600, waited_s=6, chunk_s=5, clock=clock)
+    worker = client.rejoin("http://10.0.0.5:8000", 600, chunk=again, asked=True)
+    assert worker is not None and len(fake.changes()) == 1  # no second POST
+
+
+def test_the_module_passes_on_whether_a_pending_rejoin_asked_and_asks_only_once() -> None:
+    fake = ListsAfter(delay=1000)
+    p = params(action="add", worker_url="http://10.0.0.5:8000", wait_timeout_s=600.0, chunk_s=0.3)
+    result, _ = kdtree_router.run(p, False, request=fake)
+    assert result["state"] == "pending" and result["changed"] is True  # asked: the action passes it on
+    assert len(fake.changes()) == 1
+    result, _ = kdtree_router.run({**p, "_waited_s": 0.3, router.ASKED_OPTION: True}, False, request=fake)
+    assert result["state"] == "pending" and len(fake.changes()) == 1
