@@ -204,7 +204,7 @@ _STOPPED = {
 
 
 def test_a_run_that_failed_or_stopped_on_a_host_is_the_first_problem_of_its_row():
-    results = [{"row": _row("x")} for _ in range(4)]
+    results = [{"row": _row("x")} for _n in range(4)]
     outcomes = [{}, _FAILED, _STOPPED, {"play": "deploy", "result": "ok"}]
     rows = report_filter.kdtree_report_rows(results, ["a", "b", "c", "d"], outcomes=outcomes)
     assert [r["problems"] for r in rows] == [
@@ -223,7 +223,9 @@ def test_a_run_that_failed_or_stopped_on_a_host_is_the_first_problem_of_its_row(
 def test_the_compact_view_has_one_line_per_host_with_problems_first_and_the_main_columns():
     with_schedulers = {"schedulers": [{"pid": 7, "title": "sglang::scheduler_TP0", "state": "active"}]}
     rows = report_filter.kdtree_report_rows(
-        [{"row": _row("x", **with_schedulers)} for _ in range(3)], ["a", "b", "c"], outcomes=[{}, _FAILED, {}]
+        [{"row": _row("x", **with_schedulers)} for _n in range(3)],
+        ["a", "b", "c"],
+        outcomes=[{}, _FAILED, {}],
     )
     compact = report_filter.kdtree_report_table(rows, "compact").splitlines()
     full = report_filter.kdtree_report_table(rows, "full").splitlines()
