@@ -28,17 +28,17 @@ def _main_options(role: str) -> dict:
     return load_yaml(ROLES / role / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
 
 
-def _private_options(role: str, optional_only: bool = False) -> dict:
+def _private_options(role: str, with_default_only: bool = False) -> dict:
     """The underscored options of a role's other entry points (a private entry point's hand-over from
-    another role of this collection, prometheus-community's `_common` style): never in `main`. A required
-    one (the deploy's hand-over of a fact it derived) has no default."""
+    another role of this collection, prometheus-community's `_common` style): never in `main`. One without a
+    default (a fact the calling role derived, required or derived by the role itself) is not in defaults."""
     specs = load_yaml(ROLES / role / "meta" / "argument_specs.yml")["argument_specs"]
     return {
         name: spec
         for entry, body in specs.items()
         if entry != "main"
         for name, spec in (body.get("options") or {}).items()
-        if name.startswith("_") and not (optional_only and spec.get("required"))
+        if name.startswith("_") and not (with_default_only and "default" not in spec)
     }
 
 
@@ -47,7 +47,7 @@ def test_argument_specs_list_the_defaults_plus_the_required_inputs(role):
     defaults = load_yaml(ROLES / role / "defaults" / "main.yml")
     options = _main_options(role)
     optional = sorted(name for name, spec in options.items() if not spec.get("required"))
-    assert sorted(defaults) == sorted([*optional, *_private_options(role, optional_only=True)])
+    assert sorted(defaults) == sorted([*optional, *_private_options(role, with_default_only=True)])
 
 
 @pytest.mark.parametrize("role", ROLE_NAMES)
