@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.kdtree.fleet.plugins.module_utils._yaml_types import YAML_BOOLEANS as _YAML_BOOLEANS
+
 MODES = ("off", "validate", "on")
-# What YAML 1.1 (Ansible's inventory and vars files) reads as a boolean when written without quotes.
-_YAML_BOOLEANS = ("on", "off", "yes", "no", "true", "false", "y", "n")
 
 
 def marker_state(mode: str) -> str:

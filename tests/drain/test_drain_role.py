@@ -59,7 +59,7 @@ def _play(
         {
             "name": f"Drain entry point {entry}",
             "ansible.builtin.include_role": {"name": "kdtree.fleet.kdtree_drain", "tasks_from": entry},
-            "vars": {"kdtree_drain_health_url": "{{ _server }}/health"},
+            "vars": {"_kdtree_drain_health_url": "{{ _server }}/health"},
         }
         for entry in entries.split(",")
     ]

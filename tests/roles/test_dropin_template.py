@@ -63,8 +63,8 @@ def _render_vars(unit_env: dict | None = None, **over) -> dict:
     variables = load_yaml(ROLES / "kdtree_service" / "defaults" / "main.yml")
     variables.update(kdtree_service_model_path="/models/tiny-test", kdtree_service_tp_size=2)
     variables.update(
-        kdtree_service_pythonpath="/opt/kdtree/patches/0123456789abcdef",
-        kdtree_service_lib_path="/opt/kdtree/builds/sm_120a-x/libkdtree_verify.so",
+        _kdtree_service_pythonpath="/opt/kdtree/patches/0123456789abcdef",
+        _kdtree_service_lib_path="/opt/kdtree/builds/sm_120a-x/libkdtree_verify.so",
         kdtree_service_secret_env_path="/etc/kdtree/sglang.env",
         kdtree_service_status_dir="/run/kdtree-sglang",
         __kdtree_service_env={"environment": unit_env or {"PYTHONPATH": "/opt/cpu-shims"}},

@@ -30,8 +30,8 @@ def good_entry(build_root, patch_root, **over) -> dict:
     lib = f"{build_root}/builds/sm_120a-x/libkdtree_verify.so"
     patch = f"{patch_root}/0123456789abcdef"
     fields = fields_of(
-        kdtree_service_pythonpath=patch,
-        kdtree_service_lib_path=lib,
+        _kdtree_service_pythonpath=patch,
+        _kdtree_service_lib_path=lib,
         kdtree_service_nccl_env={"NCCL_P2P_DISABLE": "1"},
         kdtree_service_env_extra={"CUDA_VISIBLE_DEVICES": "0", "LD_LIBRARY_PATH": "/usr/local/cuda/lib64"},
         kdtree_service_env_secret={"SGLANG_API_KEY": "never-recorded"},
@@ -66,8 +66,8 @@ def test_a_previous_rollback_re_renders_the_recorded_fields_with_the_service_rul
     assert "never-recorded" not in json.dumps(entry["dropin_fields"])
     assert "ExecStartPre" not in text and "curl" not in text
     assert text == render(
-        kdtree_service_pythonpath=entry["patch_dir"],
-        kdtree_service_lib_path=entry["lib_path"],
+        _kdtree_service_pythonpath=entry["patch_dir"],
+        _kdtree_service_lib_path=entry["lib_path"],
         kdtree_service_nccl_env={"NCCL_P2P_DISABLE": "1"},
         kdtree_service_env_extra={"CUDA_VISIBLE_DEVICES": "0", "LD_LIBRARY_PATH": "/usr/local/cuda/lib64"},
         kdtree_service_env_secret={"SGLANG_API_KEY": "never-recorded"},
@@ -200,8 +200,8 @@ def test_numbers_in_the_inventory_are_recorded_as_the_text_the_drop_in_writes(ro
     build_root, patch_root = roots
     over = {"kdtree_service_nccl_env": {"NCCL_IB_DISABLE": 1},
             "kdtree_service_env_extra": {"CUDA_VISIBLE_DEVICES": 0},
-            "kdtree_service_pythonpath": f"{patch_root}/0123456789abcdef",
-            "kdtree_service_lib_path": f"{build_root}/builds/sm_120a-x/libkdtree_verify.so"}  # fmt: skip
+            "_kdtree_service_pythonpath": f"{patch_root}/0123456789abcdef",
+            "_kdtree_service_lib_path": f"{build_root}/builds/sm_120a-x/libkdtree_verify.so"}  # fmt: skip
     fields = fields_of(**over)
     assert ["NCCL_IB_DISABLE", "1"] in fields["env"] and ["CUDA_VISIBLE_DEVICES", "0"] in fields["env"]
     entry = good_entry(build_root, patch_root, dropin_fields=fields, nccl_env={"NCCL_IB_DISABLE": 1})

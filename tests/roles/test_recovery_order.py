@@ -218,8 +218,9 @@ def test_every_condition_of_the_rescue_and_the_plan_parses():
 
 def test_the_rollback_role_is_the_whole_run_under_the_hosts_lock():
     """Calling kdtree_rollback by name stops when a host of an earlier batch failed, takes the lock,
-    recovers a killed run's drain, restores, records a failure (rescue) and always unlocks, then
-    ends a failed host, as kdtree_deploy does; playbooks/rollback.yml is play keywords plus this role."""
+    checks its options, recovers a killed run's drain, restores, records a failure (rescue) and always
+    unlocks, then ends a failed host, as kdtree_deploy does; playbooks/rollback.yml is play keywords plus
+    this role."""
     main = load_yaml(ROLLBACK / "main.yml")
     steps = [
         (t["ansible.builtin.import_role"]["name"], t["ansible.builtin.import_role"]["tasks_from"])
@@ -231,6 +232,9 @@ def test_the_rollback_role_is_the_whole_run_under_the_hosts_lock():
     block, always = main[2]["block"], main[2]["always"]
     failed = main[2]["rescue"][0]["ansible.builtin.import_role"]
     assert (failed["name"], failed["tasks_from"]) == ("kdtree.fleet.kdtree_common", "failed")
+    # its options first, under the lock (a refusal is recorded like any failed rollback)
+    check = block.pop(0)["ansible.builtin.import_role"]
+    assert (check["name"], check["tasks_from"]) == ("kdtree.fleet.kdtree_common", "inputs")
     recover = block[0]["ansible.builtin.include_role"]
     assert (recover["name"], recover["tasks_from"]) == ("kdtree.fleet.kdtree_drain", "recover")
     assert block[1]["ansible.builtin.import_tasks"] == "restore.yml"

@@ -95,7 +95,7 @@ def test_no_read_is_no_evidence():
 
 
 GOOD_RUN = {
-    "kdtree_service_inputs_unchanged": True,
+    "_kdtree_service_inputs_unchanged": True,
     "kdtree_service_force_restart": False,
     "kdtree_service_env_secret": {},
     "__kdtree_service_unit": {"status": {"ActiveState": "active", "NeedDaemonReload": "no"}},
@@ -105,7 +105,7 @@ GOOD_RUN = {
 @pytest.mark.parametrize(
     "over",
     [
-        {"kdtree_service_inputs_unchanged": False},  # the build or patch is not vouched for
+        {"_kdtree_service_inputs_unchanged": False},  # the build or patch is not vouched for
         {"kdtree_service_force_restart": True},
         {"kdtree_service_env_secret": {"TOKEN": "x"}},  # a secret file's content is never read back
         {"__kdtree_service_unit": {"status": {"ActiveState": "failed", "NeedDaemonReload": "no"}}},
@@ -151,7 +151,7 @@ def test_every_write_of_the_change_is_left_out_when_the_service_is_unchanged():
 def test_the_deploy_vouches_for_build_and_patch_only_when_apply_changes_neither():
     steps = load_yaml(ROLES / "kdtree_deploy" / "tasks" / "steps.yml")
     preflight = next(t for t in _all(steps) if t.get("name", "").startswith("Preflight (a refusal"))
-    expression = preflight["vars"]["kdtree_service_inputs_unchanged"]
+    expression = preflight["vars"]["_kdtree_service_inputs_unchanged"]
     facts = {"kdtree_build_present": True, "kdtree_build_current": True, "kdtree_patch_present": True}
     assert str(_render(expression, **facts)).strip() == "True"
     for name in facts:

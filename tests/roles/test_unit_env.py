@@ -31,9 +31,9 @@ def test_the_drop_in_prepends_the_patch_directory_to_the_unit_s_pythonpath(stock
 
     environment = {} if stock is None else {"PYTHONPATH": stock}
     variables = {
-        "kdtree_service_pythonpath": "/opt/kdtree/sglang_ext",
+        "_kdtree_service_pythonpath": "/opt/kdtree/sglang_ext",
         "kdtree_service_verify_mode": "validate",
-        "kdtree_service_lib_path": "/lib.so",
+        "_kdtree_service_lib_path": "/lib.so",
         "kdtree_service_status_dir": "/run/kdtree-sglang",
         "kdtree_service_status_interval_s": 5,
         "kdtree_service_nccl_env": {},

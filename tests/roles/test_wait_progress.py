@@ -55,7 +55,7 @@ def drain(tmp_path: Path, sglang: type[Loads], timeout_s: float, *extra: str):
         "kdtree_drain_mode": "hooks",
         "kdtree_drain_drain_command": ["true"],
         "kdtree_drain_rejoin_command": ["true"],
-        "kdtree_drain_health_url": f"{sglang.url}/health",
+        "_kdtree_drain_health_url": f"{sglang.url}/health",
         "kdtree_drain_record_path": str(tmp_path / "drain.json"),
         "kdtree_drain_timeout_s": timeout_s,
         "kdtree_drain_settle_s": 0.5,
