@@ -224,7 +224,7 @@ ARGUMENT_SPEC = {
     "chunk_s": {"type": "float", "default": 10.0},
     # internal (the action plugin sets it between chunks; a task that sets it is refused)
     WAITED_OPTION: {"type": "float", "default": None},
-    router.ASKED_OPTION: {"type": "bool", "default": False},
+    router.ASKED_OPTION: {"type": "bool", "default": None},
 }
 
 
