@@ -257,7 +257,7 @@ def test_a_worker_list_of_the_other_kind_is_refused_before_any_change(kind: str,
     with pytest.raises(router.RouterError, match=said):
         client.remove("http://h:30000")
     assert fake.changes() == []
-    failed, result, _ = kdtree_router.outcome(
+    failed, result, _warnings = kdtree_router.outcome(
         params(action="check", router_kind=kind, worker_url="http://h:30000"), False, request=fake
     )
     assert failed and "Nothing was changed" in result["msg"]
@@ -299,8 +299,8 @@ def test_a_rejoin_continued_in_a_later_chunk_never_asks_the_router_again() -> No
 def test_the_module_passes_on_whether_a_pending_rejoin_asked_and_asks_only_once() -> None:
     fake = ListsAfter(delay=1000)
     p = params(action="add", worker_url="http://10.0.0.5:8000", wait_timeout_s=600.0, chunk_s=0.3)
-    result, _ = kdtree_router.run(p, False, request=fake)
+    result = kdtree_router.run(p, False, request=fake)[0]
     assert result["state"] == "pending" and result["changed"] is True  # asked: the action passes it on
     assert len(fake.changes()) == 1
-    result, _ = kdtree_router.run({**p, "_waited_s": 0.3, router.ASKED_OPTION: True}, False, request=fake)
+    result = kdtree_router.run({**p, "_waited_s": 0.3, router.ASKED_OPTION: True}, False, request=fake)[0]
     assert result["state"] == "pending" and len(fake.changes()) == 1

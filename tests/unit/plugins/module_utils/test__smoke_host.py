@@ -19,7 +19,7 @@ import pytest
 from ansible_collections.kdtree.fleet.plugins.module_utils._patch_files import MARKER_FILE
 from ansible_collections.kdtree.fleet.tests.unit.helpers import fake_host
 from ansible_collections.kdtree.fleet.tests.unit.helpers.collection_tree import PATCH_DIR, ROOT
-from ansible_collections.kdtree.fleet.tests.unit.helpers.fake_host import (  # noqa: F401  # pylint: disable=unused-import  (fixtures)
+from ansible_collections.kdtree.fleet.tests.unit.helpers.fake_host import (  # noqa: F401  # pylint: disable=unused-import
     fake_fixture,
     health_server_fixture,
     scheduler_fixture,
