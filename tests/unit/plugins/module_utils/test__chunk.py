@@ -142,6 +142,7 @@ def module_params(**more) -> dict:
     base = {
         "action": "remove",
         "router_url": "http://router:30000",
+        "router_kind": "sglang-router",
         "api_key": "",
         "worker_url": "http://h:30000",
         "request_timeout_s": 2.0,
