@@ -154,3 +154,46 @@ def test_the_real_deploy_playbook_refuses_a_contradicting_drain_share_at_the_can
     recap = dict(re.findall(r"^(h\d\d)\s+: (ok=.*)$", run.stdout, re.MULTILINE))
     assert len(recap) == 16 and all("changed=0 " in line for line in recap.values())
     assert len(re.findall(r"^PLAY \[Deploy kdtree verify attention", run.stdout, re.MULTILINE)) == 5
+
+
+def test_a_host_that_failed_earlier_in_the_batch_still_counts_toward_its_size(tmp_path: Path) -> None:
+    """Ansible drops a failed or ended host from ansible_play_batch: a later host of a refused batch (under
+    the free strategy, or a fork that runs late) must not see a batch small enough to pass."""
+    play = {
+        "name": "Batches",
+        "hosts": "gpu-hosts",
+        "serial": [1, 4],
+        "gather_facts": False,
+        "tasks": [
+            {
+                "name": "One host fails first",
+                "ansible.builtin.fail": {"msg": "early"},
+                "when": "inventory_hostname == 'h02'",
+            },
+            {
+                "name": "The deploy role's capacity check",
+                "ansible.builtin.import_role": {
+                    "name": "kdtree.fleet.kdtree_deploy",
+                    "tasks_from": "capacity",
+                },
+            },
+            {"name": "Passed", "ansible.builtin.debug": {"msg": "PASSED {{ inventory_hostname }}"}},
+        ],
+    }
+    (tmp_path / "play.yml").write_text(json.dumps([play]))
+    inventory = _inventory(tmp_path)
+    extra = '{"kdtree_deploy_max_unavailable": 3}'
+    run = run_ansible(
+        "ansible-playbook",
+        "-i",
+        str(inventory),
+        "-l",
+        "h00,h01,h02,h03,h04",
+        str(tmp_path / "play.yml"),
+        "-e",
+        extra,
+    )
+    passed = re.findall(r"msg: PASSED (h\d+)", run.stdout)
+    assert passed == ["h00"], run.stdout[
+        -3000:
+    ]  # the canary; batch 2 has 4 hosts > 3, h02's failure included
