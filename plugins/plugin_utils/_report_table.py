@@ -55,7 +55,20 @@ COMPACT_COLUMNS = tuple(
     column
     for column in COLUMNS
     if column[0]
-    in ("host", "ok", "mode", "build", "sglang", "health", "patched", "kernel", "speedup", "last", "notes")
+    in (
+        "host",
+        "ok",
+        "mode",
+        "build",
+        "sglang",
+        "algo",
+        "health",
+        "patched",
+        "kernel",
+        "speedup",
+        "last",
+        "notes",
+    )
 )
 VIEWS = ("compact", "full")
 # What a run's outcome (kdtree.fleet.kdtree_common's kdtree_common_outcome) adds to a host's problems.
