@@ -101,7 +101,13 @@ def outcome_problem(outcome: Any, host: str) -> str | None:
     lines = str(outcome.get("msg") or "").strip().splitlines()
     first = lines[0] if lines else "?"
     # the message names the run and the host (kdtree_common's failed and stop entry points): not again
-    for prefix in (f"kdtree {play} FAILED on {host}", f"kdtree {play} FAILED", f"kdtree {play}:"):
+    prefixes = (
+        f"kdtree {play} FAILED on {host}",
+        f"kdtree {play} FAILED",
+        f"kdtree {play} did not complete on {host}:",
+        f"kdtree {play}:",
+    )
+    for prefix in prefixes:
         first = first.removeprefix(prefix)
     first = first.lstrip(" ;:") or "?"
     return f"this {play} {outcome['result'].upper()}: {report.short(first, 120)}"

@@ -101,9 +101,11 @@ def test_a_failed_canary_still_lets_the_report_run_and_the_last_play_fails_it_an
             f"kdtree deploy: not deploying to {host}: the rollout stopped because h1 failed"
             " in an earlier batch." in flat
         )
-    assert 'kdtree deploy FAILED on h1 at "Change the host": boom' in flat
+    assert 'kdtree deploy did not complete on h1: "Change the host" failed: boom' in flat
     # the report came before the failures the last play raised
-    assert flat.index("report of h1,h2,h3") < flat.rindex('kdtree deploy FAILED on h1 at "Change the host"')
+    assert flat.index("report of h1,h2,h3") < flat.rindex(
+        'kdtree deploy did not complete on h1: "Change the host"'
+    )
     assert all("failed=1" in recap[h] for h in HOSTS), recap
 
 
@@ -111,7 +113,7 @@ def test_a_failed_canary_still_lets_the_report_run_and_the_last_play_fails_it_an
 def test_without_deferring_the_canary_fails_at_once_and_ansible_ends_the_run_before_the_report(tmp_path):
     rc, text, flat, recap = _run(tmp_path, defer=False)
     assert rc == 2, text[-3000:]
-    assert 'kdtree deploy FAILED on h1 at "Change the host": boom' in flat
+    assert 'kdtree deploy did not complete on h1: "Change the host" failed: boom' in flat
     assert "released on h1" in flat
     assert "report of" not in flat  # Ansible's rule: a batch whose every host failed ends the run
     assert set(recap) == {"h1"} and "failed=1" in recap["h1"], recap

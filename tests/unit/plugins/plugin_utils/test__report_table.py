@@ -206,6 +206,12 @@ _STOPPED = {
 def test_a_run_that_failed_or_stopped_on_a_host_is_the_first_problem_of_its_row():
     results = [{"row": _row("x")} for _n in range(4)]
     outcomes = [{}, _FAILED, _STOPPED, {"play": "deploy", "result": "ok"}]
+    refused = {
+        "play": "deploy",
+        "result": "failed",
+        "msg": 'kdtree deploy did not complete on e: "Build" failed: no nvcc',
+    }
+    assert report_table.outcome_problem(refused, "e") == 'this deploy FAILED: "Build" failed: no nvcc'
     rows = report_filter.kdtree_report_rows(results, ["a", "b", "c", "d"], outcomes=outcomes)
     assert [r["problems"] for r in rows] == [
         [],
