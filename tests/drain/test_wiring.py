@@ -43,4 +43,6 @@ def test_deploy_and_rollback_recover_first_under_the_lock() -> None:
     assert _includes(block, "recover") == [0]
     rollback = _tasks("roles/kdtree_rollback/tasks/main.yml")
     block = next(t for t in rollback if "block" in t and "always" in t)["block"]
-    assert _includes(block, "recover") == [0]
+    # the rollback checks its options first under the lock (that changes nothing), then recovers
+    assert block[0]["ansible.builtin.import_role"]["tasks_from"] == "inputs"
+    assert _includes(block, "recover") == [1]
