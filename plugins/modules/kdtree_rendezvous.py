@@ -13,7 +13,7 @@ module: kdtree_rendezvous
 short_description: Post this host's word for a phase and wait for the other members' words
 description:
   - Runs on the controller only (its action plugin); nothing is sent to the host. Hosts of one playbook
-    run meet under a O(name): each member posts O(state) (and O(data)) for a O(phase), then waits until
+    run meet under a O(name); each member posts O(state) (and O(data)) for a O(phase), then waits until
     every one of O(members) posted to that phase, one of them posted V(failed) (to the phase, or to the
     phase V(abort), which ends every wait of the rendezvous), or O(timeout_s) passed. A member with no
     word by the end counts as failed.
