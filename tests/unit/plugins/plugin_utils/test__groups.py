@@ -38,7 +38,7 @@ def test_the_batches_never_cut_a_group_and_count_it_as_its_hosts():
 
 
 def test_a_group_larger_than_the_capacity_is_refused():
-    with pytest.raises(AnsibleFilterError, match="serving group of 2 hosts restarts whole.*at least 2"):
+    with pytest.raises(AnsibleFilterError, match=r"serving group of 2 hosts restarts whole.*at least 2"):
         rollout.kdtree_rollout_batches(HOSTS, 1, groups=INVENTORY)
 
 
@@ -49,7 +49,7 @@ def test_an_explicit_serial_that_ends_inside_a_group_is_refused():
 
 
 def test_a_group_whose_hosts_are_apart_is_refused():
-    with pytest.raises(groups.GroupError, match="not next to each other .*n1 comes after s1"):
+    with pytest.raises(groups.GroupError, match=r"not next to each other .*n1 comes after s1"):
         groups.units(["n0", "s1", "n1"], INVENTORY)
 
 
