@@ -71,14 +71,14 @@ def _alive(pid: int) -> bool:
 
 
 class Server:
-    def __init__(self, tmp_path: Path, args: list[str], **env: str) -> None:
+    def __init__(self, tmp_path: Path, args: list[str], name: str = "server", **env: str) -> None:
         self.port = free_port()
         model = tmp_path / "model"
         model.mkdir(exist_ok=True)
         (model / "config.json").write_text(
             json.dumps({"model_type": "llama", "max_position_embeddings": 2048})
         )
-        self.log_path = tmp_path / "server.log"
+        self.log_path = tmp_path / f"{name}.log"
         cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model)]
         cmd += ["--port", str(self.port), *args]
         self.log = self.log_path.open("w")
@@ -105,8 +105,8 @@ class Server:
 def start(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     servers: list[Server] = []
 
-    def _start(*args: str, **env: str) -> Server:
-        server = Server(tmp_path, list(args), **env)
+    def _start(*args: str, name: str = "server", **env: str) -> Server:
+        server = Server(tmp_path, list(args), name, **env)
         servers.append(server)
         return server
 
@@ -315,3 +315,143 @@ def test_a_streamed_generate_is_answered_as_sglangs_server_sent_events(start) ->
     assert json.loads(events[0].removeprefix("data: "))["meta_info"]["completion_tokens"] == 1
     with urllib.request.urlopen(urllib.request.Request(url, data=b'{"text": "hi"}'), timeout=5) as resp:
         assert json.loads(resp.read())["text"] == " double"  # not streamed: one JSON document
+
+
+# ---------------------------------------------------------------------------------------------
+# Multi-node: one server of two nodes (--tp-size 2 --nnodes 2), both here over 127.0.0.1
+
+
+FAST = {"SGLANG_DOUBLE_LOAD_SECONDS": "0.2", "SGLANG_DOUBLE_WARMUP_SECONDS": "0"}
+
+
+def _node(start, rank: int, store: int, **env: str) -> Server:
+    args = [
+        "--tp-size",
+        "2",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        str(rank),
+        "--dist-init-addr",
+        f"127.0.0.1:{store}",
+    ]
+    return start(*args, name=f"node{rank}", **{**FAST, **env})
+
+
+def _tree_gone(srv: Server) -> bool:
+    return srv.proc.poll() is not None and not any(_alive(pid) for pid in srv.child_pids_from_log())
+
+
+def test_rank0_serves_only_once_its_peer_joined_and_rank1_answers_only_health(start) -> None:
+    store = free_port()
+    node0 = _node(start, 0, store)
+    _wait(lambda: "init torch distributed begin" in node0.text(), what="node 0 to host the store")
+    time.sleep(1.5)  # node 0 alone: its scheduler waits for the group, nothing is bound
+    assert _http_status(node0.port, "/health") is None
+    assert "Attention backend module" not in node0.text()  # the model runner comes after the group
+    node1 = _node(start, 1, store)
+    _wait(lambda: _http_status(node0.port, "/health") == 200, what="node 0's /health 200")
+    _wait(lambda: _http_status(node1.port, "/health") == 200, what="node 1's dummy /health 200")
+    assert "Starting dummy health check server at 127.0.0.1" in node1.text()
+    assert _http_status(node1.port, "/v1/models") == 404  # only node 0 serves the API
+    assert _http_status(node0.port, "/v1/models") == 200
+    # each node runs its share of the TP ranks: node 0 TP0 (and the detokenizer), node 1 TP1 only
+    assert " TP0] Attention backend module" in node0.text() and " TP1]" not in node0.text()
+    assert " TP1] Attention backend module" in node1.text() and " TP0]" not in node1.text()
+
+    def titles(srv: Server) -> list[str]:
+        comms = (Path(f"/proc/{pid}/comm").read_text().strip() for pid in _children(srv.proc.pid))
+        return sorted(comm for comm in comms if comm.startswith("sglang::"))
+
+    _wait(lambda: titles(node1) == ["sglang::schedul"], what="node 1's one scheduler, no detokenizer")
+    _wait(lambda: titles(node0) == ["sglang::detoken", "sglang::schedul"], what="node 0's children")
+    assert "ready to roll" not in node1.text()
+
+
+def test_rank1_retries_until_rank0_listens(start) -> None:
+    store = free_port()
+    node1 = _node(start, 1, store)
+    time.sleep(1.5)  # nothing listens on the store yet: node 1 keeps trying
+    assert node1.proc.poll() is None
+    node0 = _node(start, 0, store)
+    _wait(lambda: _http_status(node0.port, "/health") == 200, what="node 0's /health 200")
+    _wait(lambda: _http_status(node1.port, "/health") == 200, what="node 1's /health 200")
+
+
+def test_rank1_gives_up_after_the_store_timeout(start) -> None:
+    node1 = _node(start, 1, free_port(), SGLANG_DOUBLE_DIST_TIMEOUT="1")
+    assert node1.proc.wait(timeout=TIMEOUT) == -signal.SIGKILL
+    text = node1.text()
+    assert " TP1] Scheduler hit an exception: Traceback" in text
+    assert "The client socket has timed out after 1s while trying to connect to (127.0.0.1," in text
+
+
+def test_a_crash_on_rank1_takes_rank0_down_after_the_launchers_delay(start) -> None:
+    store = free_port()
+    delay = 1.5
+    node0 = _node(start, 0, store, SGLANG_DOUBLE_PEER_LOSS_EXIT_SECONDS=str(delay))
+    # the crash knob as a batch sets it: no rank named, so node 1's own first scheduler (TP1) crashes
+    node1 = _node(start, 1, store, SGLANG_DOUBLE_CRASH_AFTER="1.5")
+    _wait(lambda: _http_status(node0.port, "/health") == 200, what="node 0's /health 200")
+    assert node1.proc.wait(timeout=TIMEOUT) == -signal.SIGKILL
+    lost = time.monotonic()
+    assert (
+        "SimulatedSchedulerError: test double: SGLANG_DOUBLE_CRASH_AFTER=1.5 reached on TP rank 1"
+        in node1.text()
+    )
+    _wait(lambda: "Connection closed by peer" in node0.text(), what="node 0's scheduler to raise")
+    assert " TP0] Scheduler hit an exception: Traceback" in node0.text()
+    assert node0.proc.wait(timeout=TIMEOUT) == -signal.SIGKILL
+    assert time.monotonic() - lost >= delay - 0.3  # the launcher exits later, not at once
+    assert "Received sigquit from a child process" in node0.text()
+    _wait(lambda: _tree_gone(node0), what="node 0's scheduler to be killed")
+
+
+def test_with_peer_loss_hang_rank0_lives_unhealthy_and_answers_nothing(start) -> None:
+    store = free_port()
+    node0 = _node(start, 0, store, SGLANG_DOUBLE_PEER_LOSS="hang")
+    node1 = _node(start, 1, store)
+    _wait(lambda: _http_status(node0.port, "/health") == 200, what="node 0's /health 200")
+    node1.stop()  # SIGKILL to node 1's launcher; its scheduler follows (PR_SET_PDEATHSIG)
+    _wait(lambda: _http_status(node0.port, "/health") == 503, what="node 0's /health 503")
+    assert "SGLANG_DOUBLE_PEER_LOSS=hang, a peer node is gone and TP rank 0 blocks" in node0.text()
+    req = urllib.request.Request(f"http://127.0.0.1:{node0.port}/generate", data=b'{"text": "hi"}')
+    with pytest.raises(TimeoutError):
+        urllib.request.urlopen(req, timeout=1.5)
+    assert node0.proc.poll() is None
+    assert "Scheduler hit an exception" not in node0.text()
+
+
+def test_rank0_death_ends_rank1(start) -> None:
+    store = free_port()
+    node0 = _node(start, 0, store)
+    node1 = _node(start, 1, store, SGLANG_DOUBLE_PEER_LOSS_EXIT_SECONDS="0")
+    _wait(lambda: _http_status(node1.port, "/health") == 200, what="node 1's /health 200")
+    node0.stop()
+    assert node1.proc.wait(timeout=TIMEOUT) == -signal.SIGKILL
+    assert " TP1] Scheduler hit an exception: Traceback" in node1.text()
+    assert "Connection closed by peer" in node1.text()
+    _wait(lambda: _tree_gone(node1), what="node 1's scheduler to be killed")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nnodes", "2", "--node-rank", "0"], "--dist-init-addr HOST:PORT is required when --nnodes > 1"),
+        (
+            ["--tp-size", "3", "--nnodes", "2", "--dist-init-addr", "127.0.0.1:1"],
+            "must be a multiple of --nnodes",
+        ),
+        (
+            ["--nnodes", "2", "--node-rank", "2", "--dist-init-addr", "127.0.0.1:1"],
+            "--node-rank 2 must be in",
+        ),
+    ],
+    ids=["no-dist-init-addr", "tp-not-divisible", "rank-out-of-range"],
+)
+def test_a_bad_multi_node_command_line_fails_before_anything_starts(tmp_path: Path, args, message) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    res = _run_cli("--model-path", str(tmp_path), "--port", str(free_port()), "--tp-size", "2", *args)
+    assert res.returncode == 1
+    assert message in res.stderr
+    assert "Scheduler started" not in res.stderr

@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from multiprocessing.synchronize import Event
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -35,15 +36,26 @@ class ServerState:
         scheduler_pids: list[int],
         generate_seconds: float = 0.0,
         request_log: str = "",
+        group_lost: Event | None = None,
     ):
         self.args = args
         self.model_config = model_config
         self.scheduler_pids = scheduler_pids
         self.ready = threading.Event()
+        # set by a scheduler whose peer node went away (multi-node): the server no longer answers
+        self.group_lost = group_lost
         self.generate_seconds = generate_seconds
         self.request_log = request_log
         self._lock = threading.Lock()
         self.in_flight = 0
+
+    def healthy(self) -> bool:
+        return self.ready.is_set() and not (self.group_lost is not None and self.group_lost.is_set())
+
+    def hang_if_group_lost(self) -> None:
+        """A request to a server whose process group lost a node blocks (the scheduler never answers)."""
+        while self.group_lost is not None and self.group_lost.is_set():
+            time.sleep(3600)
 
     def enter(self, step: int) -> None:
         with self._lock:
@@ -126,7 +138,7 @@ def _handler_class(state: ServerState) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path in ("/health", "/health_generate", "/ready"):
-                self._send(200, "") if state.ready.is_set() else self._send(503, "")
+                self._send(200, "") if state.healthy() else self._send(503, "")
             elif path in ("/model_info", "/get_model_info"):
                 self._send(200, state.model_info())
             elif path == "/v1/models":
@@ -171,6 +183,7 @@ def _handler_class(state: ServerState) -> type[BaseHTTPRequestHandler]:
             ready = state.ready.is_set()
             state.log_request("arrived", meta["id"], self.client_address[0], ready)
             try:
+                state.hang_if_group_lost()
                 time.sleep(state.generate_seconds)
                 answer = {"text": " double", "meta_info": meta}
                 if req.get("stream"):
@@ -188,6 +201,44 @@ def _handler_class(state: ServerState) -> type[BaseHTTPRequestHandler]:
 def start_http_server(state: ServerState) -> ThreadingHTTPServer:
     """Bind host:port and serve in a daemon thread. Raises OSError when the bind fails."""
     server = ThreadingHTTPServer((state.args.host, state.args.port), _handler_class(state))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    return server
+
+
+def _dummy_handler_class(args: argparse.Namespace) -> type[BaseHTTPRequestHandler]:
+    class DummyHandler(BaseHTTPRequestHandler):
+        server_version = "sglang-test-double"
+
+        def log_message(self, format: str, *fargs: Any) -> None:
+            pass  # uvicorn runs the dummy server with log_level="warning": no access log
+
+        def _send(self, code: int, body: bytes, content_type: str = "application/json") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path in ("/health", "/health_generate", "/ping"):
+                self._send(200, b"")
+            elif path == "/metrics" and args.enable_metrics:
+                self._send(200, b"", "text/plain; version=0.0.4; charset=utf-8")
+            else:
+                self._send(404, b'{"detail": "Not Found"}')
+
+        def do_POST(self) -> None:
+            self._send(404, b'{"detail": "Not Found"}')
+
+    return DummyHandler
+
+
+def start_dummy_health_server(args: argparse.Namespace) -> ThreadingHTTPServer:
+    """A node > 0's `launch_dummy_health_check_server`: /health, /health_generate and /ping answer 200
+    (whatever node 0 does), /metrics (no series of its own) with --enable-metrics, nothing else."""
+    server = ThreadingHTTPServer((args.host, args.port), _dummy_handler_class(args))
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     return server
