@@ -12,7 +12,7 @@ import pytest
 import yaml
 from ansible_collections.kdtree.fleet.tests.helpers import prometheus
 from ansible_collections.kdtree.fleet.tests.helpers.polling import wait_until
-from conftest import FAULTY, RULES, STEADY, Monitoring
+from ansible_collections.kdtree.fleet.tests.monitoring.crafted_hosts import FAULTY, RULES, STEADY, Monitoring
 
 # rule -> (the state it reaches in the test, the range of its value for the faulty host)
 EXPECTED = {

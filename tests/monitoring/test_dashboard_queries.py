@@ -11,7 +11,7 @@ import math
 import re
 
 import pytest
-from conftest import DASHBOARD, HOSTS, Monitoring
+from ansible_collections.kdtree.fleet.tests.monitoring.crafted_hosts import DASHBOARD, HOSTS, Monitoring
 
 HOST_VAR = "$host"
 
