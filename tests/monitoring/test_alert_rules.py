@@ -1,5 +1,5 @@
 """The shipped alert rules (extras/monitoring/kdtree-alerts.yml) in a real Prometheus: promtool accepts
-them, Prometheus loads and evaluates every one without an error, and on the crafted series (conftest.py)
+them, Prometheus loads and evaluates every one without an error, and on the crafted series (crafted_hosts.py)
 each rule's expression holds for the faulty host and for no other.
 
 The rules without `for:` fire within seconds. Those with a `for:` of 15 to 30 minutes cannot fire in a

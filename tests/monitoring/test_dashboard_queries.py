@@ -1,5 +1,5 @@
 """The shipped Grafana dashboard (extras/monitoring/grafana-kdtree-verify.json) against a real Prometheus
-scraping the crafted hosts (conftest.py): its host variable lists both hosts, and every panel's and
+scraping the crafted hosts (crafted_hosts.py): its host variable lists both hosts, and every panel's and
 annotation's query returns data, with the variable set as Grafana sets it: All (its allValue) and each
 host alone (Grafana's regex escape of a value). A query that returns nothing fails with its panel's title.
 """
