@@ -1,6 +1,6 @@
 """The SGLang TEST DOUBLE run directly on this machine (no container): CLI, process model, death.
 
-Fast (about 20 s): part of `make test-fast` (target test-double-fast).
+Fast (about 60 s on 2 shared cores): part of `make test-fast` (target test-double-fast).
 """
 
 from __future__ import annotations
@@ -326,17 +326,9 @@ def test_a_streamed_generate_is_answered_as_sglangs_server_sent_events(start) ->
 FAST = {"SGLANG_DOUBLE_LOAD_SECONDS": "0.2", "SGLANG_DOUBLE_WARMUP_SECONDS": "0"}
 
 
-def _node(start, rank: int, store: int, **env: str) -> Server:
-    args = [
-        "--tp-size",
-        "2",
-        "--nnodes",
-        "2",
-        "--node-rank",
-        str(rank),
-        "--dist-init-addr",
-        f"127.0.0.1:{store}",
-    ]
+def _node(start, rank: int, store: int, *extra: str, **env: str) -> Server:
+    args = ["--tp-size", "2", "--nnodes", "2", "--node-rank", str(rank)]
+    args += ["--dist-init-addr", f"127.0.0.1:{store}", *extra]
     return start(*args, name=f"node{rank}", **{**FAST, **env})
 
 
@@ -351,10 +343,11 @@ def test_rank0_serves_only_once_its_peer_joined_and_rank1_answers_only_health(st
     time.sleep(1.5)  # node 0 alone: its scheduler waits for the group, nothing is bound
     assert _http_status(node0.port, "/health") is None
     assert "Attention backend module" not in node0.text()  # the model runner comes after the group
-    node1 = _node(start, 1, store)
+    node1 = _node(start, 1, store, "--enable-metrics")
     _wait(lambda: _http_status(node0.port, "/health") == 200, what="node 0's /health 200")
     _wait(lambda: _http_status(node1.port, "/health") == 200, what="node 1's dummy /health 200")
     assert "Starting dummy health check server at 127.0.0.1" in node1.text()
+    assert _metrics(node1.port) == ""  # its schedulers publish nothing (not TP rank 0), no tokenizer
     assert _http_status(node1.port, "/v1/models") == 404  # only node 0 serves the API
     assert _http_status(node0.port, "/v1/models") == 200
     # each node runs its share of the TP ranks: node 0 TP0 (and the detokenizer), node 1 TP1 only
