@@ -591,3 +591,23 @@ def test_a_bad_knob_fails_the_launcher_before_anything_starts(tmp_path: Path, en
     assert res.returncode == 1
     assert next(iter(env)) in res.stderr
     assert "Scheduler started" not in res.stderr
+
+
+def test_a_stray_connection_to_the_store_does_not_stop_the_group_forming(start) -> None:
+    store = free_port()
+    node0 = _node(start, 0, store)
+    _wait(lambda: "init torch distributed begin" in node0.text(), what="node 0 to host the store")
+    _wait(lambda: _connects(store), what="the store to listen")
+    with socket.create_connection(("127.0.0.1", store), timeout=5):  # says nothing, stays open
+        node1 = _node(start, 1, store)
+        _wait(lambda: _http_status(node0.port, "/health") == 200, what="node 0's /health 200")
+        _wait(lambda: _http_status(node1.port, "/health") == 200, what="node 1's /health 200")
+
+
+def _connects(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as probe:
+            probe.sendall(b"probe\n")  # not a rank: dropped at once
+        return True
+    except OSError:
+        return False
