@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 _GO = b"go\n"
 _RETRY_S = 0.5
+_HELLO_S = 5.0
 
 
 class PeerLost(RuntimeError):
@@ -73,9 +74,9 @@ def serve_store(addr: str, nnodes: int, timeout: float) -> list[socket.socket]:
                 conn, _ = server.accept()
             except TimeoutError:
                 continue
-            try:
-                rank = int(_read_line(conn, deadline).strip())
-            except (ValueError, PeerLost):
+            try:  # a node says its rank at once: a stray connection that says nothing is dropped
+                rank = int(_read_line(conn, min(deadline, time.monotonic() + _HELLO_S)).strip())
+            except (ValueError, PeerLost, DistTimeout, OSError):
                 conn.close()  # not a node of this group (or gone at once): keep waiting
                 continue
             if rank in peers or not 0 < rank < nnodes:

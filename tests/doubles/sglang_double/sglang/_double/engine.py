@@ -27,7 +27,9 @@ Knobs (environment, see knobs.py): SGLANG_DOUBLE_LOAD_SECONDS, SGLANG_DOUBLE_WAR
 SGLANG_DOUBLE_CRASH_AFTER (+ SGLANG_DOUBLE_CRASH_RANK), SGLANG_DOUBLE_HANG (+ SGLANG_DOUBLE_HANG_RANK),
 SGLANG_DOUBLE_GENERATE_SECONDS (how long each POST /generate takes), SGLANG_DOUBLE_REQUEST_LOG (a JSON-lines
 log of each POST /generate's arrival and answer), SGLANG_DOUBLE_DIST_TIMEOUT, SGLANG_DOUBLE_PEER_LOSS,
-SGLANG_DOUBLE_PEER_LOSS_EXIT_SECONDS (multi-node).
+SGLANG_DOUBLE_PEER_LOSS_EXIT_SECONDS (multi-node), and per host (knobs.per_host) the traffic that /metrics
+reports: SGLANG_DOUBLE_OUTPUT_TOKENS, SGLANG_DOUBLE_TOKEN_SECONDS, SGLANG_DOUBLE_ERROR_SHARE,
+SGLANG_DOUBLE_ACCEPT_LENGTH (http_api.py, metrics.py).
 """
 
 from __future__ import annotations
@@ -133,7 +135,12 @@ def _warmup(state: ServerState) -> None:
     time.sleep(knobs.warmup_seconds)
     req = urllib.request.Request(
         f"{base}/generate",
-        data=json.dumps({"text": "The capital city of France is", "sampling_params": {}}).encode(),
+        data=json.dumps(
+            {
+                "text": "The capital city of France is",
+                "sampling_params": {"temperature": 0, "max_new_tokens": 8},
+            }
+        ).encode(),
         headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(req, timeout=10) as resp:
@@ -159,7 +166,7 @@ def launch_server(args: argparse.Namespace) -> None:
         _serve_as_peer_node(args)
         return
     pids = [p.pid for p in procs[: len(readers)] if p.pid is not None]  # the schedulers
-    state = ServerState(args, model_config, pids, knobs.generate_seconds, knobs.request_log, group_lost)
+    state = ServerState(args, model_config, pids, knobs, group_lost)
     try:
         server = start_http_server(state)
     except OSError as exc:

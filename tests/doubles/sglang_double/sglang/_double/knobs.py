@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from dataclasses import dataclass
@@ -32,6 +33,40 @@ def _choice(name: str, choices: tuple[str, ...]) -> str:
     return raw
 
 
+def per_host(name: str) -> str:
+    """The value of a traffic knob for this host: `VALUE` for every host, or `[VALUE,]HOST=VALUE,...`
+    where a HOST entry naming this host (its hostname) wins over the plain VALUE (one inventory value
+    can slow one host of a batch and leave the others as they are). "" when none applies."""
+    plain, mine = "", ""
+    for item in os.environ.get(name, "").split(","):
+        host, sep, value = item.strip().rpartition("=")
+        if not sep:
+            plain = value
+        elif host == socket.gethostname():
+            mine = value
+    return (mine or plain).strip()
+
+
+def _host_float(name: str, default: float, low: float, high: float = math.inf) -> float:
+    raw = per_host(name)
+    value = float(raw) if raw else default
+    if not low <= value <= high:  # a typo must not pass as a plausible figure
+        raise ValueError(f"{name}: {value:g} is outside [{low:g}, {high:g}]")
+    return value
+
+
+def _output_tokens() -> int | None:
+    raw = per_host("SGLANG_DOUBLE_OUTPUT_TOKENS")
+    if raw == "max_new_tokens":
+        return None
+    value = int(raw) if raw else 1
+    if value < 1:
+        raise ValueError(
+            f"SGLANG_DOUBLE_OUTPUT_TOKENS: {value} is not a token count (>= 1 or max_new_tokens)"
+        )
+    return value
+
+
 @dataclass(frozen=True)
 class Knobs:
     load_seconds: float  # simulated weight loading per scheduler
@@ -56,6 +91,12 @@ class Knobs:
     dist_timeout: float = 300.0
     peer_loss: str = "exit"
     peer_loss_exit_seconds: float = 5.0
+    # traffic (POST /generate and what /metrics reports of it), each per host (per_host):
+    # tokens each answer has (None: the request's max_new_tokens, SGLang's 128 when it sets none)
+    output_tokens: int | None = 1
+    token_seconds: float = 0.0  # each generated token takes this long (after generate_seconds)
+    error_share: float = 0.0  # this share of the requests served once ready fails (aborted)
+    accept_length: float = 0.0  # sglang:spec_accept_length (0: SGLang's value without speculative decoding)
 
     @classmethod
     def from_env(cls) -> Knobs:
@@ -77,4 +118,8 @@ class Knobs:
             dist_timeout=_float("SGLANG_DOUBLE_DIST_TIMEOUT", 300.0) or 0.0,
             peer_loss=_choice("SGLANG_DOUBLE_PEER_LOSS", ("exit", "hang")),
             peer_loss_exit_seconds=_float("SGLANG_DOUBLE_PEER_LOSS_EXIT_SECONDS", 5.0) or 0.0,
+            output_tokens=_output_tokens(),
+            token_seconds=_host_float("SGLANG_DOUBLE_TOKEN_SECONDS", 0.0, 0.0),
+            error_share=_host_float("SGLANG_DOUBLE_ERROR_SHARE", 0.0, 0.0, 1.0),
+            accept_length=_host_float("SGLANG_DOUBLE_ACCEPT_LENGTH", 0.0, 0.0),
         )
