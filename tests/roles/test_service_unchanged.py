@@ -124,8 +124,10 @@ def test_the_read_changes_nothing_and_runs_in_check_mode_too():
     assert read["changed_when"] is False and read["check_mode"] is False and read["timeout"] > 0
 
 
-@pytest.mark.parametrize(("found", "skipped"), [(True, ["sglang", "probe"]), (False, ["sglang"])])
-def test_only_an_unchanged_service_leaves_out_the_probe(found, skipped):
+@pytest.mark.parametrize(("found", "skipped"), [(True, ["sglang", "probe", "gpu"]), (False, ["sglang"])])
+def test_only_an_unchanged_service_leaves_out_the_probe_and_the_gpu_check(found, skipped):
+    """Nothing restarts: neither whether a restart would load the patch nor whether the GPUs would take
+    it is asked; a change asks both."""
     preflight = _task(SERVICE / "preflight.yml", "Preflight the unit as systemd merges it")
     skip = preflight["kdtree.fleet.kdtree_preflight"]["skip"]
     assert _render(skip, kdtree_service_preflight_skip=["sglang"], kdtree_service_unchanged=found) == skipped
