@@ -282,7 +282,7 @@ def summary(result: dict[str, Any] | None) -> str:
     if not result:
         return "-"
     if not result.get("checked"):
-        return str(result.get("why") or NONE).split(" ")[0]
+        return str(result.get("why") or NONE).split(" ", maxsplit=1)[0]
     count = result.get("count")
     if count is None:
         return "unreadable"
