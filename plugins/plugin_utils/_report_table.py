@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import _decode as decode
+from ansible_collections.kdtree.fleet.plugins.module_utils import _gpu_health as gpu_health
 from ansible_collections.kdtree.fleet.plugins.module_utils import _report as report
 from ansible_collections.kdtree.fleet.plugins.module_utils import _speed as speed
 
@@ -46,6 +47,7 @@ COLUMNS = (
     ("coverage", "COVERAGE"),
     ("decode", "DECODE(vs prev)"),
     ("nccl", "NCCL"),
+    ("gpus", "GPUS"),
     ("last", "LAST DEPLOY"),
     ("notes", "NOTES"),
 )
@@ -252,6 +254,7 @@ def cells(row: dict[str, Any]) -> dict[str, str]:
         "coverage": speed.coverage_text(row.get("coverage")) or NONE,
         "decode": _decode(row),
         "nccl": nccl,
+        "gpus": gpu_health.summary(row.get("gpu_health")),
         "last": last_text,
         "notes": "; ".join(row.get("problems") or []) or NONE,
     }
