@@ -92,7 +92,7 @@ def run_key(pid: int | None = None) -> str:
 
 
 def _alive(key: str) -> bool:
-    pid_text, _, started = key.partition("-")
+    pid_text, _dash, started = key.partition("-")
     if not pid_text.isdigit():
         return True  # not one of ours: never removed
     pid = int(pid_text)

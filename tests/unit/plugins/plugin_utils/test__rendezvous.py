@@ -129,7 +129,7 @@ def test_a_state_that_is_not_ok_or_failed_is_refused(tmp_path: Path) -> None:
 
 def test_the_run_key_names_a_process_and_its_start(tmp_path: Path) -> None:
     key = rv.run_key(os.getpid())
-    pid, _, started = key.partition("-")
+    pid, _dash, started = key.partition("-")
     assert int(pid) == os.getpid() and started.isdigit() and started != "0"
 
 
