@@ -35,7 +35,7 @@ if [[ $kind == shipped ]]; then
   "$venv/bin/ansible-galaxy" collection build --force --output-path "$tree.tarball" "$root" >/dev/null
   tar -xzf "$tree.tarball"/*.tar.gz -C "$tree"
   rm -rf "$tree.tarball"
-  (cd "$root" && git ls-files -co --exclude-standard -z -- tests/sanity tests/unit tests/config.yml \
+  (cd "$root" && git ls-files -co --exclude-standard -z -- tests/sanity tests/unit tests/doubles/nvidia_smi tests/config.yml \
     | tar -c --null -T - -f -) | tar -x -C "$tree"
 else
   (cd "$root" && git ls-files -co --exclude-standard -z | tar -c --null -T - -f -) | tar -x -C "$tree"
