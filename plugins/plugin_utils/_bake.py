@@ -139,7 +139,7 @@ class Window:
         if raw is not None:
             if not isinstance(raw, dict):
                 raise BakeInputError(f"bake window buckets must map bounds to counts, got {raw!r}")
-            out.buckets = {_bound(le): _number(v, f"bucket {le}") for le, v in raw.items()}
+            out.buckets = {bound(le): _number(v, f"bucket {le}") for le, v in raw.items()}
         lengths = value.get("accept_lengths") or []
         if not isinstance(lengths, list):
             raise BakeInputError(f"bake window accept_lengths must be a list, got {lengths!r}")
@@ -164,14 +164,15 @@ def _number(value: Any, what: str, optional: bool = False) -> Any:
     return float(value)
 
 
-def _bound(text: str) -> float:
+def bound(text: str) -> float:
+    """A histogram upper bound (le) as a number (+Inf included); BakeInputError otherwise."""
     try:
-        bound = float(text)
+        value = float(text)
     except (TypeError, ValueError):
         raise BakeInputError(f"histogram bound {text!r} is not a number") from None
-    if math.isnan(bound):
+    if math.isnan(value):
         raise BakeInputError(f"histogram bound {text!r} is not a number")
-    return bound
+    return value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,7 +209,7 @@ def _bucket_increases(
         if match is None:
             return None, f"{ITL_BUCKET_METRIC}{labels} has no le label"
         try:
-            bound = _bound(match.group(1))
+            upper = bound(match.group(1))
         except BakeInputError as err:
             return None, str(err)
         one, why = _counter_increase(
@@ -218,7 +219,7 @@ def _bucket_increases(
         )
         if one is None:
             return None, why
-        increases[bound] = increases.get(bound, 0.0) + one
+        increases[upper] = increases.get(upper, 0.0) + one
     return (increases or None), ""
 
 
@@ -329,14 +330,14 @@ def quantile(q: float, buckets: dict[float, float]) -> float | None:
         return None
     rank = q * total
     lower, below = 0.0, 0.0
-    for bound, count in ordered:
+    for upper, count in ordered:
         if count >= rank:
-            if math.isinf(bound):
+            if math.isinf(upper):
                 return lower
             if count == below:
-                return bound
-            return lower + (bound - lower) * (rank - below) / (count - below)
-        lower, below = bound, count
+                return upper
+            return lower + (upper - lower) * (rank - below) / (count - below)
+        lower, below = upper, count
     return lower
 
 
