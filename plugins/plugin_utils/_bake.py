@@ -543,3 +543,34 @@ def reference_hosts(play_hosts_all: Any, batch: Any, failed: Any) -> tuple[list[
         return later, "not yet deployed"
     earlier = [h for h in every[:first] if h not in set(failed)]
     return earlier, "earlier batches that passed"
+
+
+def batch_message(failed_members: Any, posts: Any) -> str:
+    """Why a host whose own bake passed fails with its batch: the siblings that failed and what each
+    said (kdtree_rendezvous's failed_members and posts); a sibling with no word failed or timed out
+    before its verdict."""
+    if not isinstance(failed_members, list) or not isinstance(posts, dict):
+        raise BakeInputError(
+            f"a rendezvous result must give failed_members and posts, got {failed_members!r}"
+        )
+    said = []
+    for host in failed_members:
+        post = posts.get(host)
+        data = post.get("data") if isinstance(post, dict) else None
+        message = data.get("message") if isinstance(data, dict) else None
+        said.append(str(message) if message else f"{host}: no bake verdict (its deploy failed or timed out)")
+    return f"the bake of the batch failed on {', '.join(map(str, failed_members))}: {'; '.join(said)}"
+
+
+def scrape_text(result: Any) -> tuple[str | None, str]:
+    """(the /metrics text, "") of one ansible.builtin.uri result, or (None, why) when the read failed
+    (no answer, a status other than 200, no content)."""
+    if not isinstance(result, dict):
+        return None, f"no read result ({result!r})"
+    status = result.get("status")
+    if status != 200:
+        return None, f"HTTP {status}: {str(result.get('msg') or '')[:200]}".strip()
+    content = result.get("content")
+    if not isinstance(content, str):
+        return None, "no content"
+    return content, ""

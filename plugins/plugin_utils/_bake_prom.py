@@ -46,15 +46,15 @@ from ansible_collections.kdtree.fleet.plugins.plugin_utils import _bake as bake
 COUNTER_QUERIES = {
     "requests": f"sum(increase({bake.REQUESTS_METRIC}{{sel}}[{{w}}]))",
     "aborted": f"sum(increase({bake.ABORTED_METRIC}{{sel}}[{{w}}]))",
-    "itl_sum": "sum(increase(sglang:inter_token_latency_seconds_sum{sel}[{w}]))",
-    "itl_count": "sum(increase(sglang:inter_token_latency_seconds_count{sel}[{w}]))",
+    "itl_sum": f"sum(increase({bake.decode.ITL_METRIC}_sum{{sel}}[{{w}}]))",
+    "itl_count": f"sum(increase({bake.decode.ITL_METRIC}_count{{sel}}[{{w}}]))",
     "fallbacks": f"sum(increase({bake.FALLBACKS_METRIC}{{sel}}[{{w}}]))",
     "mismatches": f"sum(increase({bake.MISMATCHES_METRIC}{{sel}}[{{w}}]))",
 }
 QUERIES = {
     **COUNTER_QUERIES,
     "buckets": f"sum by (le) (increase({bake.ITL_BUCKET_METRIC}{{sel}}[{{w}}]))",
-    "accept_lengths": "sglang:spec_accept_length{sel} > 0",
+    "accept_lengths": f"{bake.decode.ACCEPT_LENGTH_METRIC}{{sel}} > 0",
     "up": "up{sel}",
 }
 DEFAULT_TIMEOUT_S = 10.0

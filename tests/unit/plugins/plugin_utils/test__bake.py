@@ -290,3 +290,30 @@ def test_the_reference_is_the_hosts_not_yet_deployed_else_the_earlier_that_passe
 def test_a_batch_outside_the_play_is_refused() -> None:
     with pytest.raises(bake.BakeInputError, match="not part of the play"):
         bake.reference_hosts(["a"], ["z"], [])
+
+
+def test_a_host_failing_with_its_batch_says_which_sibling_and_what_it_said() -> None:
+    posts = {
+        "h2": {"state": "ok", "data": {"message": "bake pass on h2: ..."}},
+        "h3": {"state": "failed", "data": {"message": "bake fail on h3: mean ITL 30.0 ms vs 15.0 ms"}},
+    }
+    assert bake.batch_message(["h3", "h4"], posts) == (
+        "the bake of the batch failed on h3, h4: bake fail on h3: mean ITL 30.0 ms vs 15.0 ms; "
+        "h4: no bake verdict (its deploy failed or timed out)"
+    )
+    with pytest.raises(bake.BakeInputError):
+        bake.batch_message(None, posts)
+
+
+@pytest.mark.parametrize(
+    ("result", "text", "why"),
+    [
+        ({"status": 200, "content": "x 1\n"}, "x 1\n", ""),
+        ({"status": 404, "msg": "Status code was 404"}, None, "HTTP 404: Status code was 404"),
+        ({"status": -1, "msg": "Connection refused"}, None, "HTTP -1: Connection refused"),
+        ({"status": 200}, None, "no content"),
+        ("odd", None, "no read result ('odd')"),
+    ],
+)
+def test_a_failed_read_is_no_text_and_says_why(result, text, why) -> None:
+    assert bake.scrape_text(result) == (text, why)

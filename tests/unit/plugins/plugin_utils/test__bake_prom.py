@@ -1,6 +1,5 @@
 """The bake's Prometheus path (plugin_utils/_bake_prom): its PromQL and its client against a small
-fake of Prometheus's HTTP API (/api/v1/query), then the same verdict as the direct scrapes'. A real
-Prometheus answers the same queries in tests/prom (when its helper is installed)."""
+fake of Prometheus's HTTP API (/api/v1/query), then the same verdict as the direct scrapes'."""
 
 from __future__ import annotations
 
