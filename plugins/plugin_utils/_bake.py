@@ -525,7 +525,8 @@ def judge(
 def reference_hosts(play_hosts_all: Any, batch: Any, failed: Any) -> tuple[list[str], str]:
     """(the hosts a batch is compared with, what they are): the hosts of the play after this batch
     (not yet deployed), or, for the last batch, the hosts of the earlier batches less those that
-    failed (`failed`, the canary stop's list). Batches run in the play's order (serial)."""
+    failed (`failed`, the canary stop's list); none when the run has no other host (the role then
+    takes the host's own pre-restart window). Batches run in the play's order (serial)."""
     for value, what in (
         (play_hosts_all, "ansible_play_hosts_all"),
         (batch, "ansible_play_batch"),
@@ -542,6 +543,8 @@ def reference_hosts(play_hosts_all: Any, batch: Any, failed: Any) -> tuple[list[
     if later:
         return later, "not yet deployed"
     earlier = [h for h in every[:first] if h not in set(failed)]
+    if not earlier:
+        return [], "no reference host: its own figures before its restart"
     return earlier, "earlier batches that passed"
 
 

@@ -28,6 +28,9 @@ class FakeSglang:
 
     def __init__(self, itl_s: float = 0.015, requests: int = 50, accept: float = 3.0) -> None:
         self.itl_s, self.requests, self.accept = itl_s, requests, accept
+        # from this read on, each step's latency is slower_itl_s (a restart into a slower kernel)
+        self.slower_from: int | None = None
+        self.slower_itl_s = 0.03
         self.reads = 0
         self.lock = threading.Lock()
         fake = self
@@ -51,18 +54,21 @@ class FakeSglang:
         with self.lock:
             self.reads += 1
             steps = self.reads
+        slow = 0 if self.slower_from is None else max(0, steps - self.slower_from + 1)
         tokens = 600 * steps
+        itl_sum = self.itl_s * 600 * (steps - slow) + self.slower_itl_s * 600 * slow
         label = 'model_name="m"'
         lines = [
             f"sglang:num_requests_total{{{label}}} {self.requests * steps}",
             f"sglang:num_aborted_requests_total{{{label}}} 0",
-            f"sglang:inter_token_latency_seconds_sum{{{label}}} {self.itl_s * tokens}",
+            f"sglang:inter_token_latency_seconds_sum{{{label}}} {itl_sum}",
             f"sglang:inter_token_latency_seconds_count{{{label}}} {tokens}",
             f"sglang:spec_accept_length{{{label}}} {self.accept}",
             'kdtree_verify_runtime_fallbacks_total{pid="7"} 0',
         ]
         for le in BOUNDS:
-            count = tokens if le == "+Inf" or self.itl_s <= float(le) else 0
+            fast = 600 * (steps - slow) if le == "+Inf" or self.itl_s <= float(le) else 0
+            count = fast + (600 * slow if le == "+Inf" or self.slower_itl_s <= float(le) else 0)
             lines.append(f'sglang:inter_token_latency_seconds_bucket{{le="{le}",{label}}} {count}')
         return "\n".join(lines) + "\n"
 
@@ -87,7 +93,9 @@ def _common(entry: str) -> dict:
     }
 
 
-def _run(tmp_path: Path, fakes: dict[str, FakeSglang], *extra: str) -> tuple[int, str]:
+def _run(
+    tmp_path: Path, fakes: dict[str, FakeSglang], *extra: str, serial: list | None = None
+) -> tuple[int, str]:
     inventory = {
         "all": {
             "hosts": {
@@ -101,7 +109,7 @@ def _run(tmp_path: Path, fakes: dict[str, FakeSglang], *extra: str) -> tuple[int
         "hosts": "all",
         "gather_facts": False,
         "strategy": "free",
-        "serial": [1, 2, 1],
+        "serial": serial or [1, 2, 1],
         "vars": {
             "kdtree_deploy_bake_s": 1,
             "kdtree_deploy_bake_batch_wait_s": 120,
@@ -110,6 +118,18 @@ def _run(tmp_path: Path, fakes: dict[str, FakeSglang], *extra: str) -> tuple[int
         },
         "tasks": [
             _common("stop"),
+            # the deploy's reads of its pre-restart window (change.yml: before the build, before the restart)
+            *(
+                {
+                    "name": f"Read /metrics ({name})",
+                    "ansible.builtin.uri": {
+                        "url": "{{ kdtree_service_health_url | kdtree.fleet.kdtree_metrics_url }}",
+                        "return_content": True,
+                    },
+                    "register": name,
+                }
+                for name in ("__kdtree_deploy_bake_pre_start", "__kdtree_deploy_bake_pre_end")
+            ),
             {
                 "name": "The change and its bake",
                 "block": [
@@ -196,3 +216,26 @@ def test_prometheus_down_refuses_the_bake(tmp_path, fleet) -> None:
     assert "bake refused on h1: Prometheus http://127.0.0.1:9 did not answer" in flat
     assert "rolled back h1" in flat
     assert "deployed h1" not in flat
+
+
+def test_a_lone_host_bakes_against_its_own_pre_restart_window(tmp_path, fleet) -> None:
+    rc, flat = _run(tmp_path, {"h1": fleet["h1"]}, serial=[1])
+    assert rc == 0, flat[-4000:]
+    assert "against h1 (no reference host: its own figures before its restart)" in flat
+    assert "bake pass on h1: error rate 0.00% vs 0.00%" in flat
+    assert "(vs 1 reference host(s), 50 requests)" in flat
+    assert "deployed h1" in flat
+
+
+def test_promote_puts_back_a_host_whose_decode_got_worse_after_its_restart(tmp_path, fleet) -> None:
+    # playbooks/promote.yml bakes against itself: reads 1 and 2 are the validate run, 3 on is mode on
+    fleet["h2"].slower_from = 3
+    fleet["h3"].itl_s = 0.03  # against the fleet (h3, not yet promoted), h2 would pass
+    rc, flat = _run(tmp_path, fleet, "-e", "kdtree_deploy_bake_against=self", "-l", "h1,h2,h3", serial=[2, 1])
+    assert "bake pass on h1" in flat
+    assert "bake fail on h2: mean ITL 30.0 ms vs 15.0 ms (+100.0%, at most +10%)" in flat
+    assert "against h2 (its own figures before its restart)" in flat
+    assert "rolled back h2: bake fail on h2" in flat
+    assert "rolled back h1: the bake of the batch failed on h2" in flat
+    assert "not deploying to h3" in flat
+    assert rc == 0, flat[-4000:]

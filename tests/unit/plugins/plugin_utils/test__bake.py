@@ -279,12 +279,14 @@ def test_a_window_survives_the_trip_through_ansible_facts() -> None:
         (["b", "c"], [], ["d"], "not yet deployed"),
         (["d"], [], ["a", "b", "c"], "earlier batches that passed"),
         (["c", "d"], ["b"], ["a"], "earlier batches that passed"),
+        (["a", "b"], ["z"], [], "no reference host: its own figures before its restart"),
     ],
 )
 def test_the_reference_is_the_hosts_not_yet_deployed_else_the_earlier_that_passed(
     batch, failed, hosts, what
 ) -> None:
-    assert bake.reference_hosts(["a", "b", "c", "d"], batch, failed) == (hosts, what)
+    every = ["a", "b"] if failed == ["z"] else ["a", "b", "c", "d"]
+    assert bake.reference_hosts(every, batch, failed) == (hosts, what)
 
 
 def test_a_batch_outside_the_play_is_refused() -> None:
