@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -239,3 +240,86 @@ def test_promote_puts_back_a_host_whose_decode_got_worse_after_its_restart(tmp_p
     assert "rolled back h1: the bake of the batch failed on h2" in flat
     assert "not deploying to h3" in flat
     assert rc == 0, flat[-4000:]
+
+
+def test_the_confirm_gate_lets_a_batch_go_on_go_and_stops_the_rollout_on_stop(tmp_path) -> None:
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    play = {
+        "name": "Batches behind a confirm gate",
+        "hosts": "all",
+        "gather_facts": False,
+        "strategy": "free",
+        "serial": 1,
+        "vars": {"kdtree_deploy_confirm_dir": str(gate), "kdtree_deploy_confirm_timeout_s": 60},
+        "tasks": [
+            _common("stop"),
+            {
+                "name": "The gate",
+                "block": [
+                    {
+                        "name": "Gate",
+                        "ansible.builtin.include_role": {
+                            "name": "kdtree.fleet.kdtree_deploy",
+                            "tasks_from": "confirm",
+                        },
+                        "vars": {
+                            "_kdtree_deploy_confirm_file": f"{gate}/go-{{{{ ansible_play_batch | first }}}}"
+                        },
+                        "when": "ansible_play_batch | first != ansible_play_hosts_all | first",
+                    }
+                ],
+                "rescue": [_common("failed")],
+            },
+            _common("end"),
+            {"name": "Deployed", "ansible.builtin.debug": {"msg": "deployed {{ inventory_hostname }}"}},
+        ],
+    }
+    playbook = tmp_path / "gate.yml"
+    playbook.write_text(yaml.safe_dump([play], sort_keys=False))
+
+    def answer() -> None:
+        for name, word in (("go-h2", "go\n"), ("go-h3", "stop\n")):
+            time.sleep(3)
+            (gate / name).write_text(word)
+
+    writer = threading.Thread(target=answer, daemon=True)
+    writer.start()
+    out = run_ansible(
+        "ansible-playbook",
+        "-i",
+        "h1,h2,h3,h4,",
+        "-c",
+        "local",
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        str(playbook),
+        timeout=300,
+    )
+    writer.join()
+    flat = re.sub(r"\s+", " ", out.stdout + out.stderr)
+    assert "deployed h1" in flat and "deployed h2" in flat, flat[-4000:]
+    assert f"echo go > {gate}/go-h2" in flat
+    assert f"the operator stopped the rollout before the batch h3 ({gate}/go-h3 says stop)" in flat
+    assert "deployed h3" not in flat
+    assert "not deploying to h4: the rollout stopped because h3 failed" in flat
+
+
+def test_the_deploy_waits_at_the_gate_before_its_lock() -> None:
+    tasks = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "roles/kdtree_deploy/tasks/main.yml").read_text()
+    )
+    names = [t["name"] for t in tasks]
+    refusals = tasks[
+        names.index("Refuse batches the capacity does not allow (before this batch changes anything)")
+    ]
+    gate = next(
+        t
+        for t in refusals["block"]
+        if t.get("ansible.builtin.include_tasks", {}).get("file") == "confirm.yml"
+    )
+    assert "ansible_play_batch | first != ansible_play_hosts_all | first" in gate["when"]
+    assert "kdtree_deploy_confirm_dir | length > 0" in gate["when"]
+    assert names.index(
+        "Refuse batches the capacity does not allow (before this batch changes anything)"
+    ) < next(i for i, name in enumerate(names) if "lock" in name)

@@ -1,5 +1,5 @@
-"""The bake's PromQL (plugin_utils/_bake_prom) against a real Prometheus (the test helper
-tests/helpers/prometheus.py: Debian's package as a process of the test) scraping two exporters that
+"""The bake's PromQL (plugin_utils/_bake_prom) against a real Prometheus (the tests' helper module
+`prometheus` of tests.helpers: Debian's package as a process of the test) scraping two exporters that
 publish SGLang's and the kdtree patch's series as they grow under traffic: the same verdicts as the
 fake API's. Skipped where the helper or the package is missing (required by make test-monitoring)."""
 
