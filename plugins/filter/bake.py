@@ -1,5 +1,6 @@
 """Filters of the bake between batches (kdtree_deploy's tasks/bake.yml): kdtree_bake_reference,
-kdtree_bake_pair, kdtree_bake_verdict and kdtree_bake_batch_message.
+kdtree_bake_pair, kdtree_bake_verdict, kdtree_bake_batch_message, kdtree_bake_record and
+kdtree_metrics_url.
 
 The rules are plugin_utils/_bake.py's (one owner); these filters only hand the play's data to it on
 the controller. The Prometheus source is the lookup kdtree_bake_prometheus.
@@ -63,12 +64,21 @@ def kdtree_bake_verdict(
         raise AnsibleFilterError(f"kdtree_bake_verdict: {exc}") from exc
 
 
+def kdtree_bake_record(verdict: Any) -> dict[str, Any]:
+    """A verdict as the deploy's history entry keeps it (bake.record)."""
+    try:
+        return bake.record(verdict)
+    except bake.BakeInputError as exc:
+        raise AnsibleFilterError(f"kdtree_bake_record: {exc}") from exc
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "kdtree_bake_reference": kdtree_bake_reference,
             "kdtree_bake_pair": kdtree_bake_pair,
             "kdtree_metrics_url": kdtree_metrics_url,
+            "kdtree_bake_record": kdtree_bake_record,
             "kdtree_bake_batch_message": kdtree_bake_batch_message,
             "kdtree_bake_verdict": kdtree_bake_verdict,
         }

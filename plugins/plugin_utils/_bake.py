@@ -49,6 +49,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.kdtree.fleet.plugins.module_utils import _bake_record as bake_record
 from ansible_collections.kdtree.fleet.plugins.module_utils import _decode as decode
 
 REQUESTS_METRIC = "sglang:num_requests_total"
@@ -57,17 +58,8 @@ ITL_BUCKET_METRIC = f"{decode.ITL_METRIC}_bucket"
 FALLBACKS_METRIC = "kdtree_verify_runtime_fallbacks_total"
 MISMATCHES_METRIC = "kdtree_verify_validate_mismatches_total"
 
-FIGURES = (
-    "requests",
-    "error_rate",
-    "itl_samples",
-    "itl_mean_s",
-    "itl_high_s",
-    "accept_length",
-    "fallbacks",
-    "mismatches",
-)
-VERDICTS = ("pass", "fail", "not_enough_traffic", "refused")
+FIGURES = bake_record.FIGURES
+VERDICTS = bake_record.VERDICTS
 
 # The thresholds and their defaults; kdtree_deploy's argument spec documents each (the role's
 # defaults pass these values; a test pins that they agree).
@@ -577,3 +569,22 @@ def scrape_text(result: Any) -> tuple[str | None, str]:
     if not isinstance(content, str):
         return None, "no content"
     return content, ""
+
+
+def record(verdict: Any) -> dict[str, Any]:
+    """A verdict (judge()) as the deploy's history entry keeps it (module_utils/_bake_record)."""
+    if not isinstance(verdict, dict):
+        raise BakeInputError(f"a bake verdict must be a dict, got {verdict!r}")
+    figures = verdict.get("figures") or {}
+    try:
+        return bake_record.checked(
+            {
+                "verdict": verdict.get("verdict"),
+                "message": verdict.get("message"),
+                "reference_hosts": verdict.get("reference_hosts"),
+                "baked": {k: v for k, v in (figures.get("baked") or {}).items() if k in FIGURES},
+                "reference": {k: v for k, v in (figures.get("reference") or {}).items() if k in FIGURES},
+            }
+        )
+    except ValueError as exc:
+        raise BakeInputError(str(exc)) from exc

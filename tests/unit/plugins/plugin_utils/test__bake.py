@@ -319,3 +319,38 @@ def test_a_host_failing_with_its_batch_says_which_sibling_and_what_it_said() -> 
 )
 def test_a_failed_read_is_no_text_and_says_why(result, text, why) -> None:
     assert bake.scrape_text(result) == (text, why)
+
+
+def test_a_verdict_goes_into_the_history_with_its_figures() -> None:
+    from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
+
+    verdict = bake.judge("h1", window("h1", itl_s=0.03), reference())
+    entries = [{"id": "d1"}]
+    entry = history.finish(entries, "d1", "rolled_back", verdict["message"], bake=bake.record(verdict))
+    assert entry["bake"]["verdict"] == "fail"
+    assert entry["bake"]["message"] == verdict["message"]
+    assert entry["bake"]["reference_hosts"] == ["ref1", "ref2"]
+    assert entry["bake"]["baked"]["itl_mean_s"] == pytest.approx(0.03)
+    assert entry["bake"]["reference"]["requests"] == 200
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"verdict": "maybe"}, "bake verdict 'maybe' is not one of"),
+        ({"message": "two\nlines"}, "one line"),
+        ({"baked": {"itl_mean_s": -1.0}}, "baked figure itl_mean_s -1.0"),
+        ({"reference": {"requests": math.nan}}, "reference figure requests nan"),
+        ({"reference_hosts": "r1"}, "list of host names"),
+    ],
+)
+def test_an_odd_bake_record_is_refused_for_a_healthy_deploy_and_noted_for_a_failed_one(change, said) -> None:
+    from ansible_collections.kdtree.fleet.plugins.module_utils import _history as history
+
+    good = bake.record(bake.judge("h1", window("h1"), reference()))
+    odd = {**good, **change}
+    with pytest.raises(history.HistoryError, match=said):
+        history.finish([{"id": "d1"}], "d1", "healthy", "", bake=odd)
+    entry = history.finish([{"id": "d1"}], "d1", "rolled_back", "", bake=odd)
+    assert "bake" not in entry
+    assert said in entry["bake_refused"]
