@@ -36,7 +36,7 @@ $(VENV)/.stamp: requirements-dev.txt
 collection-link:
 	@$(PYTHON) scripts/collection_link.py
 
-# Debian packages the test hosts need (podman, runc, debootstrap).
+# Debian packages the tests need (podman, runc, debootstrap, prometheus).
 system-deps:
 	bash scripts/install-system-deps.sh
 

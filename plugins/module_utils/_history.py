@@ -60,6 +60,8 @@ ENTRY_FIELDS = (
     "mode",
     "marker_state",
     "expected_schedulers",
+    # the unit's --node-rank (a node of a multi-node server: rank 0 alone is drained and gets traffic)
+    "node_rank",
     "nccl_env",
     "status_dir",
     "dropin_path",

@@ -842,6 +842,8 @@ def launch_facts(unit: Unit, exec_start_override: list[str]) -> dict[str, Any]:
         "nnodes": nnodes,
         # > 0: no tokenizer on this node, /health is SGLang's dummy server: judged by its schedulers
         "node_rank": node_rank,
+        # where rank 0 meets its peers (--dist-init-addr HOST:PORT; '' when unset): one per serving group
+        "dist_init_addr": launch.option("--dist-init-addr") or "",
         "schedulers": tp_here * pp_here * (1 if dp_attention else dp),
         "unparsed": unparsed,
         # None: the command line leaves SGLang's default

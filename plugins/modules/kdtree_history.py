@@ -45,8 +45,8 @@ options:
   record:
     description:
       - For O(action=begin), what the deploy installs (build_id, lib_path, patch_dir, patch_digest,
-        mode, marker_state, expected_schedulers, nccl_env, dropin_path, dropin, exec_start_replaced,
-        restored_from, dropin_fields). Other keys are ignored.
+        mode, marker_state, expected_schedulers, node_rank, nccl_env, dropin_path, dropin,
+        exec_start_replaced, restored_from, dropin_fields). Other keys are ignored.
     type: dict
     default: {}
   id:

@@ -253,6 +253,17 @@ options:
       - Applied by the action plugin.
     type: bool
     default: true
+  group:
+    description:
+      - The serving group this node restarted with (the nodes of one multi-node server), as
+        C({name, members}) - the M(kdtree.fleet.kdtree_rendezvous) name its nodes meet under and their hosts.
+      - Between chunks the action plugin reads, on the controller, whether another member posted V(failed)
+        to that rendezvous' V(abort) phase (its deploy failed); then the watch ends at once, failed, naming
+        that node - a node whose peer died may hang rather than exit (upstream, over NCCL), and the group
+        goes back together.
+      - Applied by the action plugin. Empty watches this node alone.
+    type: dict
+    default: {}
 notes:
   - The scheduler's environment is only readable when the unit sets C(SPT_NOENV=1); setproctitle
     overwrites C(/proc/PID/environ) otherwise.
@@ -492,6 +503,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "extra_benign_tracebacks": {"type": "list", "elements": "str", "default": []},
     # applied by the action plugin, which never passes it on; in the spec so that validation knows it
     "fail_on_error": {"type": "bool", "default": True},
+    "group": {"type": "dict", "default": {}},
     # internal (not in DOCUMENTATION): the run the previous chunk returned; only the action plugin sets it
     RUN_OPTION: {"type": "dict", "default": {}, "options": RUN_SUBOPTIONS, "apply_defaults": True},
 }

@@ -150,20 +150,51 @@ def _share(value: Any) -> float:
     return share
 
 
-def batches(hosts: Any, max_unavailable: Any = "", serial: Any = "", drain_share: Any = "") -> list[int]:
+def _packed(unit_sizes: Sequence[int], most: int) -> list[int]:
+    """The canary (the first unit) first, then as many whole units per batch as `most` allows."""
+    sizes: list[int] = []
+    for index, size in enumerate(unit_sizes):
+        if index == 0 or sizes[-1] + size > most or len(sizes) == 1:
+            sizes.append(size)
+        else:
+            sizes[-1] += size
+    return sizes
+
+
+def batches(
+    hosts: Any,
+    max_unavailable: Any = "",
+    serial: Any = "",
+    drain_share: Any = "",
+    units: Sequence[int] | None = None,
+) -> list[int]:
     """The batch sizes of a rollout over `hosts` hosts (see the module's docstring); refuses an
-    explicit serial or a drain share that contradicts kdtree_deploy_max_unavailable."""
+    explicit serial or a drain share that contradicts kdtree_deploy_max_unavailable. With `units` (the
+    sizes of the rollout's units in the play's order: 1 for a host alone, a serving group's size) no
+    batch cuts a unit and a unit larger than the setting allows is refused."""
     count = _hosts(hosts)
     most = allowed(max_unavailable, count)
     shown = DEFAULT_MAX_UNAVAILABLE if _unset(max_unavailable) else max_unavailable
+    unit_sizes = [1] * count if units is None else [int(u) for u in units]
+    if sum(unit_sizes) != count:
+        raise CapacityError(f"the units {unit_sizes} do not add up to the play's {count} hosts")
+    if unit_sizes and max(unit_sizes) > most:
+        raise CapacityError(
+            f"a serving group of {max(unit_sizes)} hosts restarts whole, but {MAX_UNAVAILABLE} {shown!r} "
+            f"allows at most {most} of the play's {count} hosts out of service at once: raise "
+            f"{MAX_UNAVAILABLE} to at least {max(unit_sizes)}"
+        )
     if _unset(serial) or serial == []:
-        sizes = [1] if count else []
-        left = count - 1
-        while left > 0:
-            sizes.append(min(most, left))
-            left -= sizes[-1]
+        sizes = _packed(unit_sizes, most) if count else []
     else:
         sizes = serial_sizes(serial, count)
+        inside = _cuts(sizes, unit_sizes)
+        if inside:
+            raise CapacityError(
+                f"{SERIAL} {serial!r} makes batches {sizes} that end inside a serving group (after host "
+                f"{', '.join(str(i) for i in inside)} of the play's order): a group restarts whole; make the "
+                f"batches end between groups, or leave {SERIAL} unset (the batches then keep groups whole)"
+            )
         if sizes and max(sizes) > most:
             raise CapacityError(
                 f"{SERIAL} {serial!r} makes a batch of {max(sizes)} of the play's {count} hosts, but "
@@ -183,6 +214,20 @@ def batches(hosts: Any, max_unavailable: Any = "", serial: Any = "", drain_share
                 f"{MAX_UNAVAILABLE})"
             )
     return sizes or [1]
+
+
+def _cuts(sizes: Sequence[int], unit_sizes: Sequence[int]) -> list[int]:
+    """The batch ends of `sizes` (as host counts) that fall inside a unit."""
+    bounds, total = set(), 0
+    for size in unit_sizes:
+        total += size
+        bounds.add(total)
+    out, done = [], 0
+    for size in sizes:
+        done += size
+        if done not in bounds and done < total:
+            out.append(done)
+    return out
 
 
 def drain_share(max_share: Any, max_unavailable: Any, hosts: Any) -> float:

@@ -2,7 +2,9 @@
 benchmark's deploy), whatever the host's earlier deploys left: when the run's traceback ended (its last
 line), when systemd reloaded next (the rescue's first daemon-reload, after it put back or removed the
 drop-in) and when the unit's next run started (`Started sglang.service`, the rescue's restart). Prints the
-three epoch times, one per line, `none` for one not found."""
+three epoch times, one per line, `none` for one not found. With `--started` after the time: only when the
+unit's next run started from then on (a serving group's other node, restarted by its own rescue).
+The time may be fractional."""
 
 from __future__ import annotations
 
@@ -57,6 +59,12 @@ def _journal(*match: str, since: str) -> list[dict]:
 
 
 if __name__ == "__main__":
-    since = sys.argv[1]
-    found = times(_journal("-u", UNIT, since=since), _journal("_PID=1", since=since))
-    print("\n".join("none" if t is None else f"{t:.6f}" for t in found))
+    since = float(sys.argv[1])
+    entries = _journal("-u", UNIT, since=str(int(since)))
+    if sys.argv[2:] == ["--started"]:
+        starts = [e for e in entries if e.get("MESSAGE_ID") == STARTED_ID]
+        started = next((e for e in starts if int(e["__REALTIME_TIMESTAMP"]) / 1e6 >= since), None)
+        print("none" if started is None else f"{int(started['__REALTIME_TIMESTAMP']) / 1e6:.6f}")
+    else:
+        found = times(entries, _journal("_PID=1", since=str(int(since))))
+        print("\n".join("none" if t is None else f"{t:.6f}" for t in found))

@@ -10,7 +10,8 @@
 #   release/X.conf (what the unit needs on SGLang X, tests/engine/release; optional) and engine.env
 #   (ENGINE_HEALTH_URL).
 #   --spec: which configuration the stock unit serves (default dflash): spec/NAME.conf gives the target
-#   (ENGINE_TARGET) and the speculative flags (ENGINE_SPEC_ARGS), both may name @ENGINE_MODEL@.
+#   (ENGINE_TARGET) and the speculative flags (ENGINE_SPEC_ARGS), both may name @ENGINE_MODEL@, and
+#   optionally the tensor-parallel size (ENGINE_TP, default 1) and a line of [Service] (ENGINE_SPEC_ENV).
 #   --no-start: install only (a later restart, e.g. a deploy's, starts the new unit).
 #   --wait: after starting, wait up to SECONDS (default 240; 0 = do not wait) for ENGINE_HEALTH_URL to
 #   answer 200; prints the seconds from `systemctl restart` to healthy.
@@ -58,10 +59,13 @@ source "$SRC/engine.env"
   die "unknown --spec $SPEC (one of: $(cd "$SRC/spec" && ls -- *.conf | sed 's/\.conf$//' | tr '\n' ' '))"
 ENGINE_TARGET=""
 ENGINE_SPEC_ARGS=""
+ENGINE_TP=1
+ENGINE_SPEC_ENV=""
 # shellcheck source=/dev/null
 source "$SRC/spec/$SPEC.conf"
 ENGINE_TARGET="${ENGINE_TARGET//@ENGINE_MODEL@/$MODEL}"
 ENGINE_SPEC_ARGS="${ENGINE_SPEC_ARGS//@ENGINE_MODEL@/$MODEL}"
+[[ "$ENGINE_TP" =~ ^[1-9]$ ]] || die "spec $SPEC: ENGINE_TP must be 1 to 9, not '$ENGINE_TP'"
 [[ -f "$ENGINE_TARGET/config.json" ]] || die "$ENGINE_TARGET/config.json not found (spec $SPEC; remake the model: make engine-model)"
 command -v ninja >/dev/null || die "ninja not found: SGLang JIT-compiles NGRAM's corpus with it (rebuild the image: make testhost-image)"
 command -v g++ >/dev/null || die "g++ not found (rebuild the image: make testhost-image)"
@@ -96,8 +100,12 @@ fi
 # environment filled in; put back when the file differs.
 rendered="$(mktemp)"
 trap 'rm -f "$rendered"' EXIT
-sed -e "s|@ENGINE_VENV@|$VENV|g" -e "s|@ENGINE_TARGET@|$ENGINE_TARGET|g" -e "s|@ENGINE_SPEC_ARGS@|$ENGINE_SPEC_ARGS|g" \
-  -e "s|@ENGINE_SPEC@|$SPEC|g" -e "s|@ENGINE_RELEASE_ENV@|$ENGINE_RELEASE_ENV|g" "$SRC/sglang.service" >"$rendered"
+# sed's replacement text with its delimiter, & and \ escaped (a CPU binding such as "0|1" has a |)
+lit() { printf '%s' "$1" | sed -e 's/[\\|&]/\\&/g'; }
+sed -e "s|@ENGINE_VENV@|$(lit "$VENV")|g" -e "s|@ENGINE_TARGET@|$(lit "$ENGINE_TARGET")|g" \
+  -e "s|@ENGINE_SPEC_ARGS@|$(lit "$ENGINE_SPEC_ARGS")|g" -e "s|@ENGINE_SPEC@|$(lit "$SPEC")|g" \
+  -e "s|@ENGINE_TP@|$ENGINE_TP|g" -e "s|@ENGINE_SPEC_ENV@|$(lit "$ENGINE_SPEC_ENV")|g" \
+  -e "s|@ENGINE_RELEASE_ENV@|$(lit "$ENGINE_RELEASE_ENV")|g" "$SRC/sglang.service" >"$rendered"
 if grep -q '@ENGINE_' "$rendered"; then
   die "unfilled placeholder in the unit: $(grep -o '@ENGINE_[A-Z_]*@' "$rendered" | sort -u | tr '\n' ' ')"
 fi

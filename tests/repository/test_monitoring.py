@@ -2,8 +2,8 @@
 annotation or alert rule names is one the hosts publish (the patch's, kdtree_verify/telemetry/metrics.py
 FAMILIES, and the deploy history's textfile, module_utils/_change_metrics.py: the owners of the names)
 or one SGLang 0.5.23 defines (its installed sources, .cache/sglang-venv). The dashboard filters every
-query by its host variable and marks deploys and rollbacks from the history's textfile. The alert rules
-get a schema check here (promtool is not installed on the test machines)."""
+query by its host variable and marks deploys and rollbacks from the history's textfile. A real Prometheus
+loads the alert rules and runs every query (tests/monitoring, make test-monitoring)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ SELECTED = re.compile(r"\b(kdtree_(?:verify|fleet)_[a-z_]+|sglang:[a-z_]+)(\{[^}
 HOST_FILTER = 'instance=~"$host(:[0-9]+)?"'
 LABEL_REF = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 HISTOGRAM = re.compile(r"_(bucket|sum|count)$")
-DURATION = re.compile(r"^[0-9]+[smhd]$")
 
 
 def _annotations() -> list[dict]:
@@ -86,27 +85,12 @@ def test_every_sglang_series_is_one_sglang_0_5_23_defines():
     assert not missing, missing
 
 
-def test_the_alert_rules_have_the_shape_prometheus_loads():
-    rules = yaml.safe_load(RULES.read_text())
-    assert set(rules) == {"groups"}
-    for group in rules["groups"]:
-        assert set(group) == {"name", "rules"} and group["rules"]
-        for rule in group["rules"]:
-            assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}, rule
-            assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", rule["alert"])
-            assert isinstance(rule["expr"], str) and rule["expr"].count("(") == rule["expr"].count(")")
-            assert "for" not in rule or DURATION.match(rule["for"])
-            assert all(isinstance(v, str) for v in {**rule["labels"], **rule["annotations"]}.values())
-
-
 def test_the_dashboard_is_grafana_json_with_unique_panels():
     dash = json.loads(DASHBOARD.read_text())
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids)) and dash["uid"] and dash["schemaVersion"] >= 30
-    for panel in dash["panels"]:
-        assert panel["targets"] and all(
-            t["expr"].count("(") == t["expr"].count(")") for t in panel["targets"]
-        )
+    # each panel has a query (tests/monitoring runs every one in a real Prometheus)
+    assert all(panel["targets"] for panel in dash["panels"])
 
 
 def test_the_host_variable_lists_the_hosts_that_publish_kdtree_series_without_their_port():

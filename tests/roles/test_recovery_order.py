@@ -230,11 +230,16 @@ def test_the_rollback_role_is_the_whole_run_under_the_hosts_lock():
     assert main[0]["vars"]["kdtree_common_outcome_play"] == "rollback"
     assert main[1]["vars"]["kdtree_common_lock_play"] == "rollback"
     block, always = main[2]["block"], main[2]["always"]
-    failed = main[2]["rescue"][0]["ansible.builtin.import_role"]
+    # a node of a serving group first tells its peers that it failed (their waits end), then records why
+    abort, failed = main[2]["rescue"][0]["kdtree.fleet.kdtree_rendezvous"], main[2]["rescue"][1]
+    assert abort["phase"] == "abort" and abort["state"] == "failed"
+    failed = failed["ansible.builtin.import_role"]
     assert (failed["name"], failed["tasks_from"]) == ("kdtree.fleet.kdtree_common", "failed")
     # its options first, under the lock (a refusal is recorded like any failed rollback)
     check = block.pop(0)["ansible.builtin.import_role"]
     assert (check["name"], check["tasks_from"]) == ("kdtree.fleet.kdtree_common", "inputs")
+    # then its serving group's name (nothing changes), which the restore's restart meets under
+    assert "_kdtree_rollback_group" in block.pop(0)["ansible.builtin.set_fact"]
     recover = block[0]["ansible.builtin.include_role"]
     assert (recover["name"], recover["tasks_from"]) == ("kdtree.fleet.kdtree_drain", "recover")
     assert block[1]["ansible.builtin.import_tasks"] == "restore.yml"

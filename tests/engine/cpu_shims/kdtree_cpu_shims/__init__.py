@@ -7,7 +7,8 @@ venv). `load_plugins()` runs `register()` in the launcher, every scheduler and t
 `HookRegistry.apply_hooks()` wraps the targets (and rebinds `from X import f` copies).
 
 The draft-model algorithms (EAGLE3, NEXTN, DFLASH) need five more, in `drafts.py` (each names the
-SGLang file:line it stands in for and the SGLang function it calls instead).
+SGLang file:line it stands in for and the SGLang function it calls instead), and `--tp-size 2` one more,
+in `tp.py` (the model-parallel groups without PyNccl).
 
 Why: SGLang (0.5.23; the releases before it where noted) on the generic platform (`--device cpu` without
 the official CPU engine, whose sgl-kernel CPU build is not on the package index) has no branch for two
@@ -210,12 +211,13 @@ def targets(source: Source = module_source) -> tuple[dict[str, Callable], list[s
     """The AROUND hooks for the running release (or the one whose modules `source` reads): {the dotted
     name the hook wraps: the hook}, and the hooks left out because the release has none of their
     targets (registering those would make SGLang log a traceback in every process)."""
-    from kdtree_cpu_shims import drafts
+    from kdtree_cpu_shims import drafts, tp
 
     hooks = {
         CACHE_LOCS: assign_extend_cache_locs_around,
         VERIFY_GREEDY: verify_tree_greedy_around,
         **drafts.HOOKS,
+        **tp.HOOKS,
     }
     read = functools.cache(source)  # the hooks share modules and their parent packages
     found, missing = {}, []

@@ -95,3 +95,30 @@ def test_action_leaves_the_internal_option_out_of_the_invocation_it_returns(acti
 
 def test_action_has_no_unused_names(action):
     assert not hasattr(action, "ACTION_ONLY")
+
+
+def test_a_peer_that_failed_ends_this_node_s_watch_at_the_next_chunk(action, monkeypatch, tmp_path):
+    rv = importlib.import_module("ansible_collections.kdtree.fleet.plugins.plugin_utils._rendezvous")
+    monkeypatch.setattr(rv.tempfile, "gettempdir", lambda: str(tmp_path))
+    rv.Rendezvous("deploy-ds").post(rv.ABORT, "gpu2", "failed", {"why": "scheduler crashed"})
+    chunks = [chunk("pending", 1, changed=True), chunk("pending", 2), chunk("ok", 3)]
+    result, calls, _lines = run_action(
+        action, chunks, monkeypatch, group={"name": "deploy-ds", "members": ["gpu1", "gpu2"]}
+    )
+    assert len(calls) == 1  # the restart ran; the next chunk was not asked for
+    assert result["failed"] is True and result["state"] == "failed"
+    assert "gpu2 of serving group deploy-ds failed (scheduler crashed)" in result["msg"]
+    assert all("group" not in args for _name, args in calls)
+
+
+def test_a_group_whose_peers_are_fine_is_watched_to_the_end(action, monkeypatch, tmp_path):
+    rv = importlib.import_module("ansible_collections.kdtree.fleet.plugins.plugin_utils._rendezvous")
+    monkeypatch.setattr(rv.tempfile, "gettempdir", lambda: str(tmp_path))
+    # this node's own abort word and another group's are not a peer's
+    rv.Rendezvous("deploy-ds").post(rv.ABORT, "gpu1", "failed", {"why": "mine"})
+    rv.Rendezvous("deploy-other").post(rv.ABORT, "gpu2", "failed", {"why": "theirs"})
+    chunks = [chunk("pending", 1), chunk("ok", 2)]
+    result, calls, _lines = run_action(
+        action, chunks, monkeypatch, group={"name": "deploy-ds", "members": ["gpu1", "gpu2"]}
+    )
+    assert len(calls) == 2 and result["state"] == "ok" and not result.get("failed")

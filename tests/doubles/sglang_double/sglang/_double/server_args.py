@@ -131,3 +131,22 @@ def scheduler_title(args: argparse.Namespace, tp_rank: int) -> tuple[str, str]:
     if args.ep_size > 1:
         prefix += f" EP{tp_rank % args.ep_size}"
     return "sglang::scheduler" + prefix.replace(" ", "_"), prefix
+
+
+def check_parallelism(args: argparse.Namespace) -> None:
+    """What the double models: one DP and PP group; nnodes dividing the TP size, each node running its
+    share of the TP ranks, as the real engine places them. Raises ValueError before anything starts."""
+    if args.dp_size != 1 or args.pp_size != 1:
+        raise ValueError("sglang test double: only --dp-size 1 --pp-size 1 are modelled")
+    if args.nnodes < 1 or args.tp_size % args.nnodes:
+        raise ValueError(f"--tp-size {args.tp_size} must be a multiple of --nnodes {args.nnodes}")
+    if not 0 <= args.node_rank < args.nnodes:
+        raise ValueError(f"--node-rank {args.node_rank} must be in [0, --nnodes {args.nnodes})")
+    if args.nnodes > 1 and not args.dist_init_addr:
+        raise ValueError("--dist-init-addr HOST:PORT is required when --nnodes > 1")
+
+
+def node_tp_ranks(args: argparse.Namespace) -> range:
+    """The TP ranks whose schedulers run on this node (all of them on one node)."""
+    per_node = args.tp_size // args.nnodes
+    return range(args.node_rank * per_node, (args.node_rank + 1) * per_node)
