@@ -101,6 +101,9 @@ class Window:
     hosts: list[str] = field(default_factory=list)
     why: dict[str, str] = field(default_factory=dict)
     refused: str = ""
+    # False: the host's /metrics answered with no SGLang series at all (a serving group's node of rank
+    # > 0 serves none; its rank 0 serves the group's traffic): pool() leaves it out of a reference
+    serves: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -117,6 +120,7 @@ class Window:
             "hosts": list(self.hosts),
             "why": dict(self.why),
             "refused": self.refused,
+            "serves": self.serves,
         }
 
     @classmethod
@@ -124,7 +128,11 @@ class Window:
         """A window as as_dict() wrote it (through Ansible facts); BakeInputError otherwise."""
         if not isinstance(value, dict):
             raise BakeInputError(f"a bake window must be a dict, not {type(value).__name__}")
-        out = cls(hosts=[str(h) for h in value.get("hosts") or []], refused=str(value.get("refused") or ""))
+        out = cls(
+            hosts=[str(h) for h in value.get("hosts") or []],
+            refused=str(value.get("refused") or ""),
+            serves=value.get("serves", True) is not False,
+        )
         for key in ("requests", "aborted", "itl_sum", "itl_count", "fallbacks", "mismatches"):
             setattr(out, key, _number(value.get(key), key, optional=True))
         raw = value.get("buckets")
@@ -215,6 +223,10 @@ def _bucket_increases(
     return (increases or None), ""
 
 
+def _is_sglang(line: str) -> bool:
+    return line.startswith("sglang:")
+
+
 def window_from_scrapes(host: str, before: str | None, after: str | None, unread: str = "") -> Window:
     """The window of one host from its /metrics texts at the start and end of the bake (None: that
     read failed, `unread` says why)."""
@@ -224,6 +236,10 @@ def window_from_scrapes(host: str, before: str | None, after: str | None, unread
         out.refused = f"/metrics not read at the bake's {when}" + (f": {unread}" if unread else "")
         return out
     names = [REQUESTS_METRIC, ABORTED_METRIC, FALLBACKS_METRIC, MISMATCHES_METRIC, ITL_BUCKET_METRIC]
+    if not any(_is_sglang(line) for line in (before + "\n" + after).splitlines()):
+        out.serves = False
+        out.why["serves"] = "/metrics has no SGLang series (a serving group's node of rank > 0)"
+        return out
     old, new = decode.samples(before, names), decode.samples(after, names)
     for part, name in (
         ("requests", REQUESTS_METRIC),
@@ -275,8 +291,14 @@ def pool(windows: list[Window]) -> Window:
     """The reference hosts as one window: counters and buckets summed, accept lengths listed. A part
     one host lacks is missing from the pool (never a partial sum); a refused host refuses the pool."""
     out = Window()
+    idle = [",".join(w.hosts) for w in windows if not w.serves and not w.refused]
+    windows = [w for w in windows if w.serves or w.refused]
+    if idle:
+        out.why["idle"] = f"left out (no SGLang series): {', '.join(idle)}"
     if not windows:
-        out.refused = "no reference host"
+        out.refused = "no reference host" + (
+            f" serving SGLang's series ({', '.join(idle)} serve none)" if idle else ""
+        )
         return out
     for window in windows:
         out.hosts.extend(window.hosts)
@@ -423,12 +445,10 @@ def judge(
 
     if baked.refused:
         return out("refused", baked.refused)
-    if not reference.hosts:
-        return out(
-            "refused", "no reference host to compare with (kdtree_deploy_bake_s: 0 deploys without a bake)"
-        )
     if reference.refused:
         return out("refused", f"reference {reference.refused}")
+    if not reference.hosts:
+        return out("refused", "no reference host to compare with")
     for name in ("requests", "fallbacks"):
         if mine[name] is None:
             return out("refused", f"{name} {mine['why'].get(name, decode.NOT_PUBLISHED)}")

@@ -133,6 +133,8 @@ def test_too_little_traffic_is_not_a_pass_and_stops_the_rollout(fleet: Fleet) ->
 
 def test_a_prometheus_that_does_not_answer_refuses_the_bake(fleet: Fleet) -> None:
     h1 = fleet.hosts[0]
-    run, flat = _deploy(fleet, _extra("prom-down", kdtree_deploy_bake_prometheus_url="http://127.0.0.1:9"))
+    run, flat = _deploy(
+        fleet, _extra("prom-down", kdtree_deploy_bake_prometheus={"url": "http://127.0.0.1:9"})
+    )
     assert run.rc == 2, run.text[-5000:]
     assert f"bake refused on {h1}: Prometheus http://127.0.0.1:9 did not answer" in flat, run.text[-5000:]

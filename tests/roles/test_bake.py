@@ -220,7 +220,9 @@ def test_too_little_traffic_is_not_a_pass(tmp_path, fleet) -> None:
 
 
 def test_prometheus_down_refuses_the_bake(tmp_path, fleet) -> None:
-    _rc, flat = _run(tmp_path, fleet, "-e", "kdtree_deploy_bake_prometheus_url=http://127.0.0.1:9")
+    _rc, flat = _run(
+        tmp_path, fleet, "-e", '{"kdtree_deploy_bake_prometheus": {"url": "http://127.0.0.1:9"}}'
+    )
     assert "bake refused on h1: Prometheus http://127.0.0.1:9 did not answer" in flat
     assert "rolled back h1" in flat
     assert "deployed h1" not in flat

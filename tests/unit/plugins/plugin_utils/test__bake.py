@@ -354,3 +354,18 @@ def test_an_odd_bake_record_is_refused_for_a_healthy_deploy_and_noted_for_a_fail
     entry = history.finish([{"id": "d1"}], "d1", "rolled_back", "", bake=odd)
     assert "bake" not in entry
     assert said in entry["bake_refused"]
+
+
+def test_a_reference_node_that_serves_no_sglang_series_is_left_out_of_the_pool() -> None:
+    # a serving group's node of rank > 0 answers /metrics without SGLang's series (its rank 0 serves)
+    idle = bake.window_from_scrapes("ref3", "", 'kdtree_verify_runtime_fallbacks_total{pid="9"} 0\n')
+    assert not idle.serves
+    verdict = bake.judge("h1", window("h1"), bake.pool([window("ref1"), idle]))
+    assert verdict["verdict"] == "pass", verdict["message"]
+    assert verdict["reference_hosts"] == ["ref1"]
+    alone = bake.judge("h1", window("h1"), bake.pool([idle]))
+    assert alone["verdict"] == "refused"
+    assert "no reference host serving SGLang's series (ref3 serve none)" in alone["message"]
+    # the baked host itself must serve them: no series is no evidence
+    mine = bake.judge("h1", idle, reference())
+    assert mine["verdict"] == "refused"

@@ -1,7 +1,8 @@
 """The bake's PromQL (plugin_utils/_bake_prom) against a real Prometheus (the tests' helper module
 `prometheus` of tests.helpers: Debian's package as a process of the test) scraping two exporters that
 publish SGLang's and the kdtree patch's series as they grow under traffic: the same verdicts as the
-fake API's. Skipped where the helper or the package is missing (required by make test-monitoring)."""
+fake API's. Skipped where the package is missing (helper.require(); required under
+KDTREE_REQUIRE_PROMETHEUS=1, as make test-monitoring sets it)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ import time
 import pytest
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _bake as bake
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _bake_prom as bake_prom
-
-helper = pytest.importorskip("ansible_collections.kdtree.fleet.tests.helpers.prometheus")
+from ansible_collections.kdtree.fleet.tests.helpers import prometheus as helper
 
 BOUNDS = ("0.01", "0.02", "0.05", "0.1", "+Inf")
 
