@@ -12,8 +12,9 @@
   prom_down: the bake reads a Prometheus that does not answer: refused, rolled back (rc 2).
 
 Needs the double's /metrics (SGLang's series, --enable-metrics), its traffic knobs, and the kdtree
-series beside them (kdtree_verify_runtime_fallbacks_total: the bake refuses a host that does not
-publish it). Run: make test-bake-fleet (podman test hosts, the image of make testhost-image)."""
+patch's series beside them (kdtree_verify_runtime_fallbacks_total, which the real patch mirrors into
+SGLang's /metrics: the bake refuses a baked host that does not publish it; the double does not yet).
+Run: make test-bake-fleet (podman test hosts, the image of make testhost-image)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import logging
 import re
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,6 +49,28 @@ sha256sum $u | cut -d' ' -f1 >/root/stock-unit.sha256
 systemctl daemon-reload
 systemctl restart sglang.service
 """
+
+
+class StreamedTraffic(traffic.Traffic):
+    """The existing client with streamed requests of 8 tokens: SGLang (and the double) observe the
+    inter-token latency of a streamed answer only."""
+
+    def _loop(self) -> None:
+        body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 8}, "stream": True}).encode()
+        headers = {"Content-Type": "application/json"}
+        while not self._stop.is_set():
+            with self._lock:
+                self.sent += 1
+            req = urllib.request.Request(self.url + "/generate", data=body, headers=headers)
+            try:
+                with urllib.request.urlopen(req, timeout=self.request_timeout_s) as resp:
+                    resp.read()
+                with self._lock:
+                    self.answered += 1
+            except (OSError, ValueError) as exc:
+                with self._lock:
+                    self.failures[type(exc).__name__] += 1
+                time.sleep(0.2)  # a host restarting: no busy loop
 
 
 def _extra(tag: str, **more) -> dict:
@@ -79,7 +103,7 @@ def fleet() -> Iterator[Fleet]:
 
 
 def _deploy(fleet: Fleet, extra: dict, with_traffic: bool = True) -> tuple[Run, str]:
-    loads = [traffic.Traffic(url, threads=2) for url in fleet.workers.values()] if with_traffic else []
+    loads = [StreamedTraffic(url, threads=2) for url in fleet.workers.values()] if with_traffic else []
     for load in loads:
         load.__enter__()
     try:
