@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.kdtree.fleet.plugins.plugin_utils import _groups as serving_groups
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as report_table
 
 
@@ -18,12 +19,14 @@ def kdtree_report_rows(
     hosts: list[str],
     decode_change_pct: float | None = None,
     outcomes: list[Any] | None = None,
+    groups: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per host of `hosts` from the kdtree_report results registered on them (same order);
     a host without one (unreachable, failed earlier) gets a row that says so. A decode figure that
     changed by more than decode_change_pct against the previous deploy is flagged. `outcomes` (same
     order): each host's kdtree_common_outcome; a run that failed or stopped there is the row's
-    first problem."""
+    first problem. `groups` (the inventory's): a node of a serving group (kdtree_serving_<name>) gets
+    the group's name."""
     results, hosts = list(results), [str(h) for h in hosts]
     outcomes = None if outcomes is None else list(outcomes)
     if len(results) != len(hosts):
@@ -36,8 +39,12 @@ def kdtree_report_rows(
                 f"kdtree_report_rows: decode_change_pct {decode_change_pct!r} is not a number"
             ) from None
     try:
-        return report_table.rows(results, hosts, decode_change_pct, outcomes)
-    except ValueError as exc:
+        serving: dict[str, str] = {}
+        for name, members in serving_groups.serving_groups(groups or {}).items():
+            for member in members:
+                serving[member] = f"{serving[member]}, {name}" if member in serving else name
+        return report_table.rows(results, hosts, decode_change_pct, outcomes, serving)
+    except ValueError as exc:  # serving_groups.GroupError too
         raise AnsibleFilterError(f"kdtree_report_rows: {exc}") from None
 
 

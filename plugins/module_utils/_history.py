@@ -341,7 +341,7 @@ def _under(path: str, root: str, shape: str) -> str:
     want = shape.split("/")
     if len(parts) != len(want) or any(
         (w == "*" and not PATH_PART.match(p)) or (w != "*" and p != w) or p in (".", "..")
-        for p, w in zip(parts, want, strict=True)
+        for p, w in zip(parts, want)  # noqa: B905  # same length (checked above); strict= is Python 3.10+
     ):
         return f"{path} is not {root}/{shape}"
     real = os.path.realpath(path)

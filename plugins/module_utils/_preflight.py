@@ -19,6 +19,10 @@ Checks (names are stable; kdtree_service_preflight_skip takes them):
                  A unit without User= runs as root, and so would the probe: then the interpreter, the
                  venv, its .pth files, the working directory and every PYTHONPATH entry must be owned
                  by root and writable by nobody else, or the probe refuses naming the path.
+    gpu          the node's GPUs, read with nvidia-smi, would not fail a restart (module_utils/_gpu_health.py:
+                 enough GPUs for this node's share of the schedulers, no uncorrectable ECC error, no memory
+                 repair pending, persistence mode on, enough memory free once the unit stops); a node
+                 nvidia-smi cannot read is refused too
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.kdtree.fleet.plugins.module_utils import _gpu_health as gpu_health
 from ansible_collections.kdtree.fleet.plugins.module_utils import _patch_files as patch_files
 from ansible_collections.kdtree.fleet.plugins.module_utils import _path_safety as path_safety
 from ansible_collections.kdtree.fleet.plugins.module_utils import _venv as venv
@@ -49,8 +54,9 @@ from ansible_collections.kdtree.fleet.plugins.module_utils._unit_env import (
     split_words,
     systemctl_show,
 )
+from ansible_collections.kdtree.fleet.plugins.module_utils._unit_procs import cgroup_pids
 
-CHECKS = ("command", "interpreter", "backend", "stderr", "overrides", "sglang", "probe")
+CHECKS = ("command", "interpreter", "backend", "stderr", "overrides", "sglang", "probe", "gpu")
 # stdout/stderr destinations that end in the journal
 JOURNAL_OUTPUTS = ("journal", "journal+console", "kmsg", "kmsg+console")
 # systemd's ExecStart prefixes (systemd.service "Table 1")
@@ -68,6 +74,7 @@ SHOW_PROPS = (
     "DynamicUser",
     "NeedDaemonReload",
     "EnvironmentFiles",
+    "ControlGroup",
 )
 SYSTEMD_RUN = "systemd-run"
 # env(1) options that clear the environment, and those that take an argument
@@ -903,6 +910,10 @@ def execute(params: dict[str, Any], check_mode: bool = False) -> dict[str, Any]:
         library_pending=library_pending,
         allow_untested_sglang=bool(params.get("allow_untested_sglang", False)),
     )
+    launch = launch_facts(unit, params["exec_start"])
+    gpu = gpu_check(unit, launch, skip, params)
+    if gpu["checked"]:
+        checks.append(Check("gpu", bool(gpu["ok"]), "" if gpu["ok"] else gpu_health.refusal(gpu)))
     failed = [c for c in checks if not c.ok]
     if failed:
         msg = (
@@ -914,6 +925,21 @@ def execute(params: dict[str, Any], check_mode: bool = False) -> dict[str, Any]:
     return {
         "failed": bool(failed),
         "checks": [{"name": c.name, "ok": c.ok, "message": c.message, "where": c.where} for c in checks],
-        "launch": launch_facts(unit, params["exec_start"]),
+        "launch": launch,
+        "gpu_health": gpu,
         "msg": msg,
     }
+
+
+def gpu_check(unit: Unit, launch: dict[str, Any], skip: list[str], params: dict[str, Any]) -> dict[str, Any]:
+    """The `gpu` check's result (module_utils/_gpu_health.py): this node's share of the schedulers needs
+    as many GPUs; the memory the unit's own processes hold counts as free (the restart stops them)."""
+    if "gpu" in skip:
+        return gpu_health.not_checked("skipped (kdtree_service_preflight_skip, or nothing restarts)")
+    return gpu_health.check(
+        expected=int(launch.get("schedulers") or 1),
+        min_free_mib=int(params.get("gpu_min_free_mib") or 0),
+        unit_pids=cgroup_pids(unit.show.get("ControlGroup", "")),
+        timeout_s=float(params["timeout_s"]),
+        binary=str(params.get("nvidia_smi") or gpu_health.NVIDIA_SMI),
+    )

@@ -45,6 +45,9 @@ from ansible_collections.kdtree.fleet.plugins.module_utils import (
     _decode as decode,
 )
 from ansible_collections.kdtree.fleet.plugins.module_utils import (
+    _gpu_health as gpu_health,
+)
+from ansible_collections.kdtree.fleet.plugins.module_utils import (
     _history as history,
 )
 from ansible_collections.kdtree.fleet.plugins.module_utils import (
@@ -95,6 +98,9 @@ class Query:
     history_path: str = history.DEFAULT_PATH
     scheduler_prefix: str = unit_procs.SCHEDULER_PREFIX
     nvidia_smi: str = "nvidia-smi"
+    # the GPU health (module_utils/_gpu_health.py, the preflight's gpu check): read only when on
+    gpu_check: bool = False
+    gpu_min_free_mib: int = 0
 
 
 class HostReader:
@@ -170,6 +176,10 @@ class HostReader:
     def read_status(self, statusdir: Any, path: str) -> dict[str, Any]:
         """One status file, read and checked by statusdir.read_file (Refused or OSError)."""
         return statusdir.read_file(path)
+
+    def gpu_query(self, argv: list[str], timeout_s: float) -> str:
+        """One nvidia-smi query of the GPU health check (gpu_health.GpuReadError when it cannot be read)."""
+        return gpu_health.run_nvidia_smi(argv, timeout_s)
 
     def nvidia_smi(self, binary: str) -> str:
         """The first GPU's compute capability, "" when nvidia-smi is absent or says nothing."""
@@ -702,6 +712,18 @@ def gather(query: Query, reader: HostReader | None = None) -> dict[str, Any]:
     if nccl_problem and entry and entry.get("nccl_env"):
         errors.append(nccl_problem)
     gpu = _gpu(reader, query, entry, errors)
+    gpus = (
+        gpu_health.check(
+            expected=expected or 0,
+            min_free_mib=query.gpu_min_free_mib,
+            unit_pids=pids,
+            timeout_s=NVIDIA_SMI_TIMEOUT_S,
+            binary=query.nvidia_smi,
+            runner=reader.gpu_query,
+        )
+        if query.gpu_check
+        else gpu_health.not_checked("off")
+    )
     interval, fresh = (None, {})
     nonfinite = ""
     if statusdir is not None and scheduler_files:
@@ -737,6 +759,7 @@ def gather(query: Query, reader: HostReader | None = None) -> dict[str, Any]:
         "spec_accept_length": accept,
         "arch": gpu.get("arch", ""),
         "compute_capability": gpu.get("compute_capability", ""),
+        "gpu_health": gpus,
         "deployed": entry is not None,
         "build_id": str((entry or {}).get("build_id", "")),
         "running_build_ids": running_builds,
@@ -785,6 +808,7 @@ def problems_of(row: dict[str, Any]) -> list[str]:
             out.append(
                 f"running build {','.join(row['running_build_ids'])}, history says {row.get('build_id')}"
             )
+    out += [f"gpu: {problem}" for problem in (row.get("gpu_health") or {}).get("problems") or []]
     if row.get("sglang_in_window") is False:
         window = row.get("sglang_window") or []
         out.append(

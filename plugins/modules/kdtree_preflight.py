@@ -32,6 +32,12 @@ description:
     the library in O(probe_env)'s C(KDTREE_LIB) does not exist yet (the deploy builds it after the
     preflight), the probe runs without it and accepts a child patched up to the library (state
     fallback with target.py's C(NO_LIBRARY_REASON)).
+  - V(gpu) the node's GPUs would not fail a restart, read with O(nvidia_smi) (C(--query-gpu) and
+    C(--query-compute-apps)) - at least as many GPUs as this node's share of the schedulers, no
+    uncorrectable ECC error since the driver loaded, no row remapping or page retirement pending,
+    persistence mode on, at least O(gpu_min_free_mib) MiB free on each GPU once the unit's own processes
+    stop. A missing nvidia-smi or an answer that does not parse refuses; a field the GPU does not report
+    (C([N/A])) refuses nothing. The failed check names each GPU's index, UUID and reason.
   - Reads only; changes nothing.
 options:
   dropin_name:
@@ -66,8 +72,16 @@ options:
     description: Checks not to run (an operator's explicit decision; the deploy still smoke-checks).
     type: list
     elements: str
-    choices: [command, interpreter, backend, stderr, overrides, sglang, probe]
+    choices: [command, interpreter, backend, stderr, overrides, sglang, probe, gpu]
     default: []
+  gpu_min_free_mib:
+    description: The V(gpu) check's least free memory per GPU, in MiB, once the unit's own processes stop.
+    type: int
+    default: 0
+  nvidia_smi:
+    description: The V(gpu) check's nvidia-smi (a name on PATH or a path).
+    type: str
+    default: nvidia-smi
   timeout_s:
     description: Bound, in seconds, of each command the checks run (systemctl, the probe).
     type: int
@@ -117,6 +131,14 @@ launch:
       schedulers, port, unparsed); not the argv itself, which may hold secrets.
   type: dict
   returned: always
+gpu_health:
+  description:
+    - The V(gpu) check's reading (C(checked) false when it was skipped) - C(ok), C(expected) GPUs,
+      C(count), C(min_free_mib), C(problems) and per GPU its C(index), C(uuid), C(persistence),
+      C(ecc_uncorrected) (null when not reported), C(remapped_pending), C(retired_pending),
+      C(memory_total_mib), C(memory_free_mib), C(memory_unit_mib) (held by the unit) and C(problems).
+  type: dict
+  returned: when the unit has a file
 msg:
   description: One line per failed check (or a summary when all passed).
   type: str
@@ -148,6 +170,8 @@ def main() -> None:
             "timeout_s": {"type": "int", "required": True},
             "secret_env_file": {"type": "str", "default": ""},
             "allow_untested_sglang": {"type": "bool", "default": False},
+            "gpu_min_free_mib": {"type": "int", "default": 0},
+            "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
         },
         supports_check_mode=True,
     )

@@ -34,6 +34,12 @@ description:
     C(/proc/PID/environ)."
   - "GPU: the arch and compute capability of the history's build (its C(BUILD_INFO)), else the
     first GPU C(nvidia-smi) lists (10 s timeout) when it is installed."
+  - "GPU health, with O(gpu_check): every GPU C(nvidia-smi) lists, judged as the preflight's V(gpu) check
+    judges it before a restart (module C(kdtree.fleet.kdtree_preflight)): the GPU count against the
+    history's expected schedulers, uncorrectable ECC errors, row remapping or page retirement pending,
+    persistence mode, free memory (the unit's own processes' memory counted as free) against
+    O(gpu_min_free_mib). Each problem is one of RV(row.problems), prefixed C(gpu:); an nvidia-smi that is
+    missing or does not parse is a problem too."
   - What cannot be read is reported in RV(row.errors) and never fails the module.
 author: kdtree-fleet contributors (!UNKNOWN)
 extends_documentation_fragment:
@@ -67,6 +73,17 @@ options:
     description: nvidia-smi, asked for the compute capability when the history's build does not say it.
     type: str
     default: nvidia-smi
+  gpu_check:
+    description:
+      - Read and judge the GPU health (the role passes true unless the preflight's V(gpu) check is off).
+    type: bool
+    default: false
+  gpu_min_free_mib:
+    description:
+      - With O(gpu_check), the least free memory per GPU in MiB (the role passes
+        kdtree_service_gpu_min_free_mib).
+    type: int
+    default: 0
 """
 
 EXAMPLES = r"""
@@ -219,6 +236,12 @@ row:
     last_good:
       description: The newest healthy entry (same keys).
       type: dict
+    gpu_health:
+      description:
+        - With O(gpu_check), the GPU health (C(checked) false without it) - ok, expected, count, min_free_mib,
+          problems and per GPU index, uuid, persistence, ecc_uncorrected (null when not reported),
+          remapped_pending, retired_pending, memory_total_mib, memory_free_mib, memory_unit_mib, problems.
+      type: dict
     errors:
       description: What could not be read.
       type: list
@@ -246,12 +269,20 @@ ARGUMENT_SPEC = {
     "history_path": {"type": "path", "default": history.DEFAULT_PATH},
     "scheduler_prefix": {"type": "str", "default": unit_procs.SCHEDULER_PREFIX},
     "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+    "gpu_check": {"type": "bool", "default": False},
+    "gpu_min_free_mib": {"type": "int", "default": 0},
 }
+# the options that are not text
+TYPED = ("gpu_check", "gpu_min_free_mib")
 
 
 def run(params: dict, reader: report.HostReader | None = None) -> dict:
     """The module's work, apart from AnsibleModule (tests call this)."""
-    query = report.Query(**{key: params[key] or "" for key in ARGUMENT_SPEC})
+    query = report.Query(
+        **{key: params[key] or "" for key in ARGUMENT_SPEC if key not in TYPED},
+        gpu_check=bool(params.get("gpu_check")),
+        gpu_min_free_mib=int(params.get("gpu_min_free_mib") or 0),
+    )
     return {"changed": False, "row": report.gather(query, reader)}
 
 

@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from ansible_collections.kdtree.fleet.plugins.module_utils import _decode as decode
+from ansible_collections.kdtree.fleet.plugins.module_utils import _gpu_health as gpu_health
 from ansible_collections.kdtree.fleet.plugins.module_utils import _report as report
 from ansible_collections.kdtree.fleet.plugins.module_utils import _speed as speed
 
@@ -46,6 +47,8 @@ COLUMNS = (
     ("coverage", "COVERAGE"),
     ("decode", "DECODE(vs prev)"),
     ("nccl", "NCCL"),
+    ("gpus", "GPUS"),
+    ("group", "GROUP"),
     ("last", "LAST DEPLOY"),
     ("notes", "NOTES"),
 )
@@ -118,12 +121,14 @@ def rows(
     hosts: list[str],
     decode_change_pct: float | None = None,
     outcomes: list[Any] | None = None,
+    serving: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per host, in `hosts` order, from each host's registered module result; a host
     without a row (unreachable, failed before the report) gets one that says so. Every row gets
     `decode_change` (decode_change(): a change of more than decode_change_pct is flagged; None
     flags nothing). `outcomes` (same order, optional): each host's kdtree_common_outcome; a run that
-    failed or stopped on a host puts that first among the row's problems (outcome_problem())."""
+    failed or stopped on a host puts that first among the row's problems (outcome_problem()).
+    `serving` (host -> its serving group's name): a node of a multi-node server's row names it."""
     if outcomes is not None and len(outcomes) != len(hosts):
         raise ValueError(f"{len(outcomes)} outcomes for {len(hosts)} hosts")
     out = []
@@ -144,6 +149,9 @@ def rows(
         problem = outcome_problem(outcome, row["host"])
         if problem:
             row["problems"] = [problem, *(row.get("problems") or [])]
+    for row in out:
+        if (serving or {}).get(row["host"]):
+            row["group"] = serving[row["host"]]
     return [{**row, "decode_change": decode_change(row, decode_change_pct)} for row in out]
 
 
@@ -252,6 +260,8 @@ def cells(row: dict[str, Any]) -> dict[str, str]:
         "coverage": speed.coverage_text(row.get("coverage")) or NONE,
         "decode": _decode(row),
         "nccl": nccl,
+        "gpus": gpu_health.summary(row.get("gpu_health")),
+        "group": row.get("group") or NONE,
         "last": last_text,
         "notes": "; ".join(row.get("problems") or []) or NONE,
     }

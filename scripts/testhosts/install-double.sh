@@ -3,7 +3,10 @@
 # real engine: a venv made from Debian's /usr/bin/python3 at /opt/sglang/venv, the `sglang`
 # package in that venv's site-packages (with a dist-info, so importlib.metadata sees
 # sglang 0.5.23+testdouble), a tiny model directory /models/tiny-test, and the stock unit
-# /etc/systemd/system/sglang.service, enabled and started.
+# /etc/systemd/system/sglang.service, enabled and started; and the nvidia-smi TEST DOUBLE
+# (tests/doubles/nvidia_smi, in /usr/lib/kdtree-testhost) linked at /usr/bin/nvidia-smi, with its state file
+# /etc/kdtree-testhost/nvidia-smi.json (eight healthy GPUs; written only when absent, so a test's
+# bad GPUs stay until the test puts the file back).
 #
 # Usage: install-double.sh [--src DIR] [--no-start] [--wait SECONDS]
 #   DIR (default: this script's directory) holds sglang/ (the package), sglang.service and
@@ -81,6 +84,22 @@ if [[ ! -f "$MODEL/config.json" ]]; then
  "torch_dtype": "bfloat16"}
 JSON
   log "created $MODEL"
+fi
+
+SMI=/usr/lib/kdtree-testhost
+if [[ -f "$SRC/nvidia-smi" ]]; then
+  for file in nvidia-smi nvidia_smi.py; do
+    if ! cmp -s "$SRC/$file" "$SMI/$file"; then
+      install -D -m "$([[ $file == nvidia-smi ]] && echo 0755 || echo 0644)" "$SRC/$file" "$SMI/$file"
+      log "installed the nvidia-smi test double's $file in $SMI"
+    fi
+  done
+  [[ "$(readlink /usr/bin/nvidia-smi 2>/dev/null)" == "$SMI/nvidia-smi" ]] || ln -sfn "$SMI/nvidia-smi" /usr/bin/nvidia-smi
+fi
+if [[ -f "$SRC/nvidia-smi" && ! -f /etc/kdtree-testhost/nvidia-smi.json ]]; then
+  mkdir -p /etc/kdtree-testhost
+  echo '{"count": 8}' >/etc/kdtree-testhost/nvidia-smi.json
+  log "wrote /etc/kdtree-testhost/nvidia-smi.json (eight healthy GPUs)"
 fi
 
 unit_put "$SRC/sglang.service" "$UNIT"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Assembles what a test host needs to install the SGLang TEST DOUBLE, for copying into a host:
 #   .cache/testhost/double-bundle-<content hash>/  install-double.sh, host-unit.sh, sglang.service, sglang/,
-#                                                  wheels/
+#                                                  nvidia-smi, nvidia_smi.py, wheels/
 #   .cache/testhost/double-bundle                  a link to the newest of them
 # In a host: copy the directory anywhere and run `bash <dir>/install-double.sh`.
 # A bundle directory is never changed once made (a new content makes a new directory, renamed into
@@ -28,7 +28,8 @@ fi
 TMP="$(mktemp -d "$CACHE/.double-bundle.XXXXXX")"
 trap 'rm -rf "$TMP"' EXIT
 mkdir -p "$TMP/wheels"
-cp "$HERE/install-double.sh" "$HERE/host-unit.sh" "$ROOT/tests/doubles/sglang.service" "$TMP/"
+cp "$HERE/install-double.sh" "$HERE/host-unit.sh" "$ROOT/tests/doubles/sglang.service" \
+  "$ROOT/tests/doubles/nvidia_smi/nvidia-smi" "$ROOT/tests/doubles/nvidia_smi/nvidia_smi.py" "$TMP/"
 (cd "$ROOT/tests/doubles/sglang_double" && find sglang -name '*.py' -type f -print0 | xargs -0 cp --parents -t "$TMP")
 cp "$CACHE"/wheels/*.whl "$TMP/wheels/" 2>/dev/null || true
 chmod 0755 "$TMP"

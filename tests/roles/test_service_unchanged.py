@@ -124,11 +124,37 @@ def test_the_read_changes_nothing_and_runs_in_check_mode_too():
     assert read["changed_when"] is False and read["check_mode"] is False and read["timeout"] > 0
 
 
-@pytest.mark.parametrize(("found", "skipped"), [(True, ["sglang", "probe"]), (False, ["sglang"])])
-def test_only_an_unchanged_service_leaves_out_the_probe(found, skipped):
+@pytest.mark.parametrize(
+    ("found", "group", "skipped"),
+    [
+        (True, False, ["sglang", "probe", "gpu"]),
+        (False, False, ["sglang"]),
+        (True, True, ["sglang", "probe"]),
+        (False, True, ["sglang"]),
+    ],
+)
+def test_only_an_unchanged_service_leaves_out_the_probe_and_the_gpu_check(found, group, skipped):
+    """Nothing restarts: neither whether a restart would load the patch nor whether the GPUs would take
+    it is asked; a change asks both. A serving group's node checks its GPUs even when unchanged: a peer's
+    change restarts it, and that is decided after every node's preflight."""
     preflight = _task(SERVICE / "preflight.yml", "Preflight the unit as systemd merges it")
     skip = preflight["kdtree.fleet.kdtree_preflight"]["skip"]
-    assert _render(skip, kdtree_service_preflight_skip=["sglang"], kdtree_service_unchanged=found) == skipped
+    rendered = _render(
+        skip,
+        kdtree_service_preflight_skip=["sglang"],
+        kdtree_service_unchanged=found,
+        _kdtree_service_gpu_always=group,
+    )
+    assert rendered == skipped
+
+
+@pytest.mark.parametrize(("group", "always"), [({}, False), ({"name": "g", "members": ["a", "b"]}, True)])
+def test_the_deploy_has_a_serving_groups_nodes_check_their_gpus_even_when_unchanged(group, always):
+    steps = load_yaml(ROLES / "kdtree_deploy" / "tasks" / "steps.yml")
+    preflight = next(t for t in _all(steps) if t.get("name", "").startswith("Preflight (a refusal"))
+    expression = preflight["vars"]["_kdtree_service_gpu_always"]
+    assert str(_render(expression, _kdtree_deploy_group=group)).strip() == str(always)
+    assert str(_render(expression)).strip() == "False"  # a deploy outside any group
 
 
 WRITERS = ("ansible.builtin.copy", "ansible.builtin.file", "ansible.builtin.shell", "ansible.builtin.command")

@@ -156,6 +156,18 @@ def test_install_double_twice_changes_nothing() -> None:
     assert unit("MainPID") == main
 
 
+def test_the_hosts_nvidia_smi_is_the_double_with_eight_healthy_gpus() -> None:
+    """install-double.sh puts the nvidia-smi TEST DOUBLE where the driver puts nvidia-smi, with its state
+    file; the GPU health check's query answers eight healthy GPUs in the real tool's format."""
+    out = sh(
+        "nvidia-smi --query-gpu=index,persistence_mode,ecc.errors.uncorrected.volatile.total,"
+        "remapped_rows.pending --format=csv,noheader,nounits"
+    )
+    assert out.splitlines() == [f"{i}, Enabled, 0, No" for i in range(8)]
+    assert sh("command -v nvidia-smi").strip() == "/usr/bin/nvidia-smi"
+    assert sh("cat /etc/kdtree-testhost/nvidia-smi.json").strip() == '{"count": 8}'
+
+
 @pytest.mark.skipif(not Path("/usr/local/cuda-13.0/bin/nvcc").exists(), reason="no CUDA 13.0 toolkit here")
 def test_nvcc_in_host_builds_an_sm_120a_shared_library() -> None:
     assert "release 13.0" in sh("/usr/local/cuda/bin/nvcc --version")

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from ansible_collections.kdtree.fleet.plugins.module_utils import _gpu_health as gpu_health
 from ansible_collections.kdtree.fleet.plugins.module_utils import _path_safety as path_safety
 from ansible_collections.kdtree.fleet.plugins.module_utils import _preflight as preflight
 from ansible_collections.kdtree.fleet.plugins.module_utils._unit_env import service_settings
@@ -573,6 +574,7 @@ def checks_seen(monkeypatch) -> dict:
     monkeypatch.setattr(preflight, "read_unit", lambda *a: type("U", (), {"fragment": "x"})())
     monkeypatch.setattr(preflight, "run_checks", fake_run_checks)
     monkeypatch.setattr(preflight, "launch_facts", lambda *a: {})
+    monkeypatch.setattr(preflight, "gpu_check", lambda *a: gpu_health.not_checked("not this test's"))
     return seen
 
 
@@ -672,3 +674,64 @@ def test_a_writable_pycache_or_package_in_a_pythonpath_entry_refuses_the_root_pr
     (extra / "pkg").chmod(0o777)
     reason = path_safety.first_unsafe(preflight.probe_root_paths(python, env, str(tmp_path)))
     assert reason.startswith(f"{extra / 'pkg'} is group- or world-writable")
+
+
+NVIDIA_SMI_DOUBLE = PATCH_DIR.parents[1] / "tests" / "doubles" / "nvidia_smi" / "nvidia-smi"
+
+
+@pytest.fixture
+def gpu_node(tmp_path, monkeypatch):
+    """preflight.execute on a node whose nvidia-smi is the test double (its state file in tmp_path) and
+    whose unit runs `schedulers` schedulers; the other checks pass."""
+    state = tmp_path / "nvidia-smi.json"
+    monkeypatch.setenv("NVIDIA_SMI_DOUBLE_STATE", str(state))
+    unit = type("U", (), {"fragment": "x", "show": {"ControlGroup": ""}})()
+    monkeypatch.setattr(preflight, "read_unit", lambda *a: unit)
+    monkeypatch.setattr(preflight, "run_checks", lambda unit, **kw: [preflight.Check("command", True, "")])
+
+    def run(gpus: dict | None, schedulers: int = 2, skip: list[str] | None = None) -> dict:
+        monkeypatch.setattr(preflight, "launch_facts", lambda *a: {"schedulers": schedulers})
+        if gpus is None:
+            state.unlink(missing_ok=True)
+        else:
+            state.write_text(json.dumps(gpus))
+        params = {
+            **execute_params(PATCH_DIR, {}),
+            "skip": skip or [],
+            "gpu_min_free_mib": 8192,
+            "nvidia_smi": str(NVIDIA_SMI_DOUBLE),
+        }
+        return preflight.execute(params)
+
+    return run
+
+
+def test_the_gpu_check_passes_a_healthy_node_and_publishes_what_it_read(gpu_node):
+    result = gpu_node({"count": 8})
+    assert result["failed"] is False and result["msg"] == "preflight ok: command, gpu"
+    assert result["gpu_health"]["ok"] is True and result["gpu_health"]["count"] == 8
+
+
+def test_the_gpu_check_refuses_a_bad_gpu_naming_its_index_and_reason(gpu_node):
+    result = gpu_node({"count": 8, "gpus": {"1": {"persistence_mode": "Disabled"}}})
+    assert result["failed"] is True
+    assert "nothing on the host was changed" in result["msg"]
+    assert "[gpu] GPU 1 (GPU-00000000-0000-4000-8000-000000000001): persistence mode off" in result["msg"]
+    assert result["gpu_health"]["gpus"][1]["persistence"] is False
+
+
+def test_the_gpu_check_counts_the_gpus_against_this_nodes_share_of_the_schedulers(gpu_node):
+    assert gpu_node({"count": 2}, schedulers=2)["failed"] is False
+    result = gpu_node({"count": 2}, schedulers=4)
+    assert (
+        result["failed"] is True
+        and "[gpu] 2 GPUs, this node's share of the schedulers needs 4" in result["msg"]
+    )
+
+
+def test_a_node_without_a_driver_is_refused_unless_the_check_is_turned_off(gpu_node):
+    result = gpu_node(None)
+    assert result["failed"] is True and "[gpu] cannot read the GPUs:" in result["msg"]
+    result = gpu_node(None, skip=["gpu"])
+    assert result["failed"] is False and result["gpu_health"]["checked"] is False
+    assert [c["name"] for c in result["checks"]] == ["command"]

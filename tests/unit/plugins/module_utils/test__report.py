@@ -442,3 +442,49 @@ def test_odd_timing_is_refused_by_the_reader_and_never_shown_as_a_speedup(host, 
     figure = speed_module.speed([bad])
     assert figure["speedup"] is None and "kernel_s is 0 with 60 timed calls" in figure["problem"]
     assert speed_module.speed_text(figure) == "REFUSED"
+
+
+NVIDIA_SMI_DOUBLE = (
+    Path(history.__file__).resolve().parents[2] / "tests" / "doubles" / "nvidia_smi" / "nvidia-smi"
+)
+
+
+def test_the_gpu_health_is_judged_as_the_preflight_judges_it_and_its_problems_are_the_rows(
+    host, tmp_path, monkeypatch
+):
+    """With gpu_check: nvidia-smi (the test double) read with the unit's own processes' memory counted
+    as free, the history's expected schedulers as the count needed, each problem one of the row's."""
+    host.deploy()
+    state = tmp_path / "nvidia-smi.json"
+    monkeypatch.setenv("NVIDIA_SMI_DOUBLE_STATE", str(state))
+    state.write_text(
+        json.dumps(
+            {
+                "count": 2,
+                "gpus": {"0": {"memory.free": 500}, "1": {"remapped_rows.pending": "Yes"}},
+                "apps": [{"gpu": 0, "pid": host.tp0.pid, "used_memory": 80000}],
+            }
+        )
+    )
+    row = gather(host, gpu_check=True, gpu_min_free_mib=8192, nvidia_smi=str(NVIDIA_SMI_DOUBLE))
+    health = row["gpu_health"]
+    assert (health["checked"], health["ok"], health["expected"], health["count"]) == (True, False, 2, 2)
+    assert health["gpus"][0]["memory_unit_mib"] == 80000 and health["gpus"][0]["problems"] == []
+    assert (
+        "gpu: GPU 1 (GPU-00000000-0000-4000-8000-000000000001): row remapping pending (reset the GPU)"
+        in (row["problems"])
+    )
+    state.unlink()  # no driver: a problem, never a healthy node
+    row = gather(host, gpu_check=True, gpu_min_free_mib=8192, nvidia_smi=str(NVIDIA_SMI_DOUBLE))
+    assert any(p.startswith("gpu: cannot read the GPUs:") for p in row["problems"])
+
+
+def test_without_gpu_check_the_gpus_are_not_read(host, monkeypatch):
+    def unread(self, argv, timeout_s):
+        raise AssertionError("nvidia-smi read without gpu_check")
+
+    monkeypatch.setattr(FixtureReader, "gpu_query", unread)
+    host.deploy()
+    row = gather(host)
+    assert row["gpu_health"]["checked"] is False
+    assert not any(p.startswith("gpu:") for p in row["problems"])

@@ -91,3 +91,14 @@ def test_nodes_that_agree_are_one_server():
 def test_nodes_that_disagree_are_refused_with_what_differs(posts, problem):
     found = groups.group_check("ds", ["n0", "n1"], posts)
     assert any(problem in p for p in found), found
+
+
+def test_the_report_names_each_node_s_serving_group():
+    from ansible_collections.kdtree.fleet.plugins.filter import report
+    from ansible_collections.kdtree.fleet.plugins.plugin_utils import _report_table as table
+
+    results = [{"row": {"unit": "sglang", "problems": []}}] * 3
+    rows = report.kdtree_report_rows(results, ["s1", "n0", "n1"], groups=INVENTORY)
+    assert [row.get("group") for row in rows] == [None, "ds", "ds"]
+    full = [line for line in report.kdtree_report_table(rows, "full").splitlines() if line.startswith("n0")]
+    assert "ds" in full[0].split() and table.COLUMNS[-3] == ("group", "GROUP")

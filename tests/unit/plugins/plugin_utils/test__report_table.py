@@ -376,3 +376,26 @@ def test_control_characters_from_status_fields_are_shown_escaped_never_sent_to_t
     assert not any(ch in text for ch in "\x1b\r\x07\x9b") and text.count("\n") == 1, repr(text)
     assert "\\x1b[2J\\x1b[31m\\x0dOK\\x0ahost9  on\\x07\\x9b" in text
     assert table.printable("0.5.23 plain text") == "0.5.23 plain text"
+
+
+def test_the_full_view_shows_each_nodes_gpu_health_and_the_compact_view_its_problems():
+    bad = {
+        "checked": True,
+        "ok": False,
+        "count": 8,
+        "gpus": [{"index": i, "problems": ["persistence mode off"] if i == 3 else []} for i in range(8)],
+        "problems": ["GPU 3 (GPU-3): persistence mode off"],
+    }
+    rows = [
+        _row("good", gpu_health={"checked": True, "ok": True, "count": 8, "gpus": [], "problems": []}),
+        _row("bad", gpu_health=bad, problems=["gpu: GPU 3 (GPU-3): persistence mode off"]),
+        _row("cpu", gpu_health={"checked": False, "ok": None, "why": "off", "gpus": [], "problems": []}),
+        _row("old"),  # a row of a report module without the field
+    ]
+    header, *lines = report_table.format_table(rows, "full").splitlines()
+    at = header.index("GPUS")
+    assert [line[at:].split("  ")[0] for line in lines] == ["ok 8", "BAD 1 of 8", "off", "-"]
+    compact = report_table.format_table(rows, "compact").splitlines()
+    assert "GPUS" not in compact[0]
+    assert compact[1].startswith("bad ") and compact[1].endswith("gpu: GPU 3 (GPU-3): persistence mode off")
+    assert " CHECK " in compact[1]
