@@ -1,5 +1,5 @@
 # The kdtree.fleet collection: roles/, plugins/, playbooks/, molecule/, inventory/ (docs/operations.md).
-.PHONY: demo lint-ansible test-roles-fast test-repository test-units-fast test-molecule test-molecule-default test-molecule-crash \
+.PHONY: demo lint-ansible test-roles-fast test-repository test-units-fast test-bake-fleet test-molecule test-molecule-default test-molecule-crash \
 	test-molecule-rollback test-molecule-operator test-molecule-batch test-molecule-faults test-molecule-consumer test-molecule-engine collection release bench-smoke bench-noop bench-fleet
 
 FLEET_LOG_DIR := $(ROOT)/.cache/fleet
@@ -48,6 +48,12 @@ test-repository: venv
 # ansible-test units instead (test-publish-units, mk/publish.mk).
 test-units-fast: venv
 	$(VBIN)/pytest -q tests/unit
+
+# The bake between batches on real test hosts (tests/bakefleet, docs/bake.md): three double hosts of their
+# own (kdtree-bake1..3, removed afterwards) under continuous traffic; an unchanged deploy passes, a host
+# made slower rolls its batch back, no traffic is not enough traffic, a Prometheus down refuses.
+test-bake-fleet: venv testhost-image collection-link
+	$(VBIN)/pytest -q -s tests/bakefleet
 
 # Molecule on real systemd hosts (podman): every scenario, MOLECULE_JOBS (2) side by side; the shared
 # base is .config/molecule/config.yml. Each scenario has its own host (kdtree-mol-<scenario>) and its

@@ -40,6 +40,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from ansible_collections.kdtree.fleet.plugins.module_utils import _bake_record as bake_record
 from ansible_collections.kdtree.fleet.plugins.module_utils import _decode as decode
 from ansible_collections.kdtree.fleet.plugins.module_utils._dropin_env import CONSTANT_ENV, FIXED_ENV
 from ansible_collections.kdtree.fleet.plugins.module_utils._flock import held
@@ -76,6 +77,10 @@ LIBRARY = "libkdtree_verify.so"
 DECODE = "decode"
 # Why the decode figures a failed deploy's rescue passed were not recorded (finish).
 DECODE_REFUSED = "decode_refused"
+# The entry key of the bake's verdict between batches (module_utils/_bake_record), and why a record
+# a failed deploy's rescue passed was refused.
+BAKE = "bake"
+BAKE_REFUSED = "bake_refused"
 
 
 class HistoryError(Exception):
@@ -269,10 +274,12 @@ def finish(
     result: str,
     why: str = "",
     decode_figures: dict[str, Any] | None = None,
+    bake: dict[str, Any] | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """End the entry `entry_id` with `result` (one of RESULTS) and `why`, and its decode figures
-    when given (decode.checked). An odd record is refused: for a healthy deploy with HistoryError,
+    (decode.checked) and bake record (bake_record.checked, under BAKE) when given. An odd record
+    is refused: for a healthy deploy with HistoryError,
     before anything is written; for a deploy that failed (its rescue records what its smoke traffic
     measured before the rollback) the entry still ends, without the figures and with why they were
     refused under DECODE_REFUSED, so that a failure is never left unrecorded."""
@@ -285,6 +292,13 @@ def finish(
             if result == "healthy":
                 raise HistoryError(f"refusing the decode figures of deploy {entry_id}: {exc}") from exc
             extra[DECODE_REFUSED] = str(exc)
+    if bake is not None:
+        try:
+            extra[BAKE] = bake_record.checked(bake)
+        except ValueError as exc:
+            if result == "healthy":
+                raise HistoryError(f"refusing the bake record of deploy {entry_id}: {exc}") from exc
+            extra[BAKE_REFUSED] = str(exc)
     for entry in entries:
         if entry.get("id") == entry_id:
             entry.update(result=result, why=why, ended=now(), **extra)

@@ -34,11 +34,17 @@ def change(params: dict, check_mode: bool, entries: list, out: dict) -> list:
         figures = params.get("decode")
         if check_mode and params["id"] not in {e.get("id") for e in entries}:
             out["entry"] = history.finish(
-                [{"id": params["id"]}], params["id"], params["result"], params["why"], figures, **extra
+                [{"id": params["id"]}],
+                params["id"],
+                params["result"],
+                params["why"],
+                figures,
+                params.get("bake"),
+                **extra,
             )
         else:
             out["entry"] = history.finish(
-                entries, params["id"], params["result"], params["why"], figures, **extra
+                entries, params["id"], params["result"], params["why"], figures, params.get("bake"), **extra
             )
         out["changed"] = True
     return history.trim(entries, params["keep"])

@@ -74,6 +74,14 @@ options:
         traffic measured) the entry still ends, without the figures and with why under C(decode_refused).
         Omitted, the entry records no figures, like entries written before they existed.
     type: dict
+  bake:
+    description:
+      - For O(action=finish), the verdict of the bake between batches (kdtree_deploy's bake, docs/bake.md;
+        module_utils/_bake_record.py defines it), recorded under the entry's C(bake) - C(verdict),
+        C(message), C(reference_hosts) and the C(baked) and C(reference) figures.
+      - An odd record is refused before anything is written; with O(result=rolled_back) the entry still
+        ends, without it and with why under C(bake_refused).
+    type: dict
   keep:
     description: Entries kept in the file (the last good one is always kept).
     type: int
@@ -205,6 +213,7 @@ def main() -> None:
             "why": {"type": "str", "default": ""},
             "rolled_back_to": {"type": "str", "default": ""},
             "decode": {"type": "dict"},
+            "bake": {"type": "dict"},
             "keep": {"type": "int", "default": history.DEFAULT_KEEP},
             "textfile": {"type": "path"},
             "restore": {
