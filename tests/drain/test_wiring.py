@@ -28,9 +28,12 @@ def _includes(tasks: list[dict], entry: str) -> list[int]:
 def test_the_smoke_role_drains_right_before_its_restart_and_rejoins_after_a_healthy_check() -> None:
     tasks = _tasks("roles/kdtree_smoke/tasks/main.yml")
     restart = next(i for i, t in enumerate(tasks) if "kdtree.fleet.kdtree_smoke" in t)
-    assert _includes(tasks, "drain") == [restart - 1]
-    drain = tasks[restart - 1]["when"]
+    # between them only a serving group's meeting (all nodes ready, this one stopped, all stopped)
+    assert _includes(tasks, "drain") == [restart - 2]
+    assert tasks[restart - 1]["ansible.builtin.include_tasks"] == "group_stop.yml"
+    drain = tasks[restart - 2]["when"]
     assert "kdtree_smoke_restart | bool" in drain and "kdtree_drain_mode | default('none') != 'none'" in drain
+    assert "kdtree_smoke_node_rank | int == 0" in drain  # only rank 0 is a router worker
     [rejoin] = _includes(tasks, "rejoin")
     assert rejoin > restart
     assert "kdtree_smoke_result.state | default('') == 'ok'" in tasks[rejoin]["when"]
@@ -43,6 +46,8 @@ def test_deploy_and_rollback_recover_first_under_the_lock() -> None:
     assert _includes(block, "recover") == [0]
     rollback = _tasks("roles/kdtree_rollback/tasks/main.yml")
     block = next(t for t in rollback if "block" in t and "always" in t)["block"]
-    # the rollback checks its options first under the lock (that changes nothing), then recovers
+    # the rollback checks its options first under the lock and names the host's serving group (both
+    # change nothing), then recovers
     assert block[0]["ansible.builtin.import_role"]["tasks_from"] == "inputs"
-    assert _includes(block, "recover") == [1]
+    assert "_kdtree_rollback_group" in block[1]["ansible.builtin.set_fact"]
+    assert _includes(block, "recover") == [2]

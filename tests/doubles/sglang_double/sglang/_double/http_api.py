@@ -33,7 +33,7 @@ from multiprocessing.synchronize import Event
 from typing import Any
 
 from sglang._double.knobs import Knobs
-from sglang._double.metrics import Metrics
+from sglang._double.metrics import Metrics, patch_series
 
 logger = logging.getLogger(__name__)
 
@@ -195,7 +195,8 @@ def _handler_class(state: ServerState) -> type[BaseHTTPRequestHandler]:
             elif path == "/v1/loads":
                 self._send(200, state.loads())
             elif path == "/metrics" and state.args.enable_metrics:
-                body = state.metrics.render(state.ready.is_set(), state.running()).encode()
+                # the patch's series after SGLang's own, as SGLang's multiprocess collector merges them
+                body = (state.metrics.render(state.ready.is_set(), state.running()) + patch_series()).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", METRICS_CONTENT_TYPE)
                 self.send_header("Content-Length", str(len(body)))

@@ -19,7 +19,11 @@ The text is what prometheus_client's multiprocess collector writes (SGLang serve
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
+import os
+import sys
 import threading
 import time
 from collections import deque
@@ -153,3 +157,41 @@ class Metrics:
                     family(name, "gauge")
                     out.append(f"{name}{_labels(self.scheduler_labels)} {_number(value)}")
         return "\n".join(out) + "\n"
+
+
+def patch_series() -> str:
+    """The kdtree patch's series as SGLang's /metrics carries them (the patch mirrors its status into
+    SGLang's prometheus_client multiprocess files; the double has no prometheus_client, so it renders
+    the same documents, KDTREE_STATUS_DIR/<pid>.json, with the patch's own telemetry/metrics.py, found
+    on this process's sys.path as the unit's PYTHONPATH put it there). '' without the patch."""
+    status_dir = os.environ.get("KDTREE_STATUS_DIR", "")
+    if not status_dir or not os.path.isdir(status_dir):
+        return ""
+    render = None
+    for entry in sys.path:
+        path = os.path.join(entry or ".", "kdtree_verify", "telemetry", "metrics.py")
+        if os.path.isfile(path):
+            spec = importlib.util.spec_from_file_location("_kdtree_double_patch_metrics", path)
+            if spec is None or spec.loader is None:
+                continue
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            render = module.render
+            break
+    if render is None:
+        return ""
+    docs = []
+    for name in sorted(os.listdir(status_dir)):
+        if not name.endswith(".json") or not name[:-5].isdigit():
+            continue
+        try:
+            with open(os.path.join(status_dir, name), encoding="utf-8") as handle:
+                doc = json.load(handle)
+        except (OSError, ValueError):
+            continue  # a document being replaced: the next scrape reads it
+        if isinstance(doc, dict) and os.path.exists(f"/proc/{name[:-5]}"):
+            docs.append(doc)
+    try:
+        return render(docs)
+    except (KeyError, TypeError, ValueError):
+        return ""
