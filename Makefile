@@ -56,7 +56,7 @@ lint: venv $(LINT_TARGETS)
 TEST_JOBS ?= 2
 TEST_PREP := testhost-image sglang-venv engine-model sglang-venv-oldest publish-venvs router-venv smg-venv sglang-wheels
 # phase 3 starts the longest first (make -j takes the list in order), the rest as the files list them
-TEST_LONGEST := test-drain-traffic test-publish test-drain-fast test-kernel mutation-check test-testhosts
+TEST_LONGEST := test-drain-traffic test-bake-fleet test-publish test-drain-fast test-kernel mutation-check test-testhosts
 TEST_LAST := $(foreach t,$(TEST_LONGEST),$(filter $(t),$(TEST_TARGETS))) \
   $(filter-out test-roles-fast test-repository test-molecule $(TEST_LONGEST),$(TEST_TARGETS))
 TEST_PHASE = start=$$(date +%s); $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target

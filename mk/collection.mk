@@ -51,9 +51,11 @@ test-units-fast: venv
 
 # The bake between batches on real test hosts (tests/bakefleet, docs/bake.md): three double hosts of their
 # own (kdtree-bake1..3, removed afterwards) under continuous traffic; an unchanged deploy passes, a host
-# made slower rolls its batch back, no traffic is not enough traffic, a Prometheus down refuses.
-test-bake-fleet: venv testhost-image collection-link
-	$(VBIN)/pytest -q -s tests/bakefleet
+# made slower rolls its batch back (read from each host's /metrics, and again from a real Prometheus), no
+# traffic is not enough traffic, a Prometheus down refuses.
+test-bake-fleet: venv testhost-image collection-link system-deps
+	KDTREE_REQUIRE_PROMETHEUS=1 $(VBIN)/pytest -q -s tests/bakefleet
+TEST_TARGETS += test-bake-fleet
 
 # Molecule on real systemd hosts (podman): every scenario, MOLECULE_JOBS (2) side by side; the shared
 # base is .config/molecule/config.yml. Each scenario has its own host (kdtree-mol-<scenario>) and its

@@ -9,11 +9,14 @@
              bake fails on the slowed host, both of its hosts are rolled back (rc 2);
   quiet:     no traffic: the canary's verdict is "not enough traffic", it is rolled back and no later
              batch starts (rc 2);
-  prom_down: the bake reads a Prometheus that does not answer: refused, rolled back (rc 2).
+  prom_down: the bake reads a Prometheus that does not answer: refused, rolled back (rc 2);
+  prom:      the slowed batch again, its figures read by PromQL from a real Prometheus scraping the
+             hosts: the canary passes, the batch is rolled back (rc 2).
 
 Needs the double's /metrics (SGLang's series, --enable-metrics), its traffic knobs, and the kdtree
-patch's series beside them (kdtree_verify_runtime_fallbacks_total, which the real patch mirrors into
-SGLang's /metrics: the bake refuses a baked host that does not publish it; the double does not yet).
+patch's series beside them (kdtree_verify_runtime_fallbacks_total: the real patch mirrors it into
+SGLang's /metrics, the double renders it from the patch's status documents; the bake refuses a baked
+host that does not publish it).
 Run: make test-bake-fleet (podman test hosts, the image of make testhost-image)."""
 
 from __future__ import annotations
@@ -162,3 +165,28 @@ def test_a_prometheus_that_does_not_answer_refuses_the_bake(fleet: Fleet) -> Non
     )
     assert run.rc == 2, run.text[-5000:]
     assert f"bake refused on {h1}: Prometheus http://127.0.0.1:9 did not answer" in flat, run.text[-5000:]
+
+
+def test_the_bake_read_from_a_real_prometheus_rolls_back_a_slowed_batch(fleet: Fleet, tmp_path: Path) -> None:
+    """The same slowed batch, its figures read by PromQL from a real Prometheus (Debian's package, a
+    process of this test) that scrapes every host's /metrics on the hosts' network each second, each
+    target labelled node=<host> (kdtree_deploy_bake_prometheus label)."""
+    from ansible_collections.kdtree.fleet.tests.helpers import prometheus
+
+    prometheus.require()
+    h1, _h2, h3 = fleet.hosts
+    targets = [
+        prometheus.Target(url.removeprefix("http://"), {"node": host}) for host, url in fleet.workers.items()
+    ]
+    with prometheus.Prometheus(tmp_path, targets) as prom:
+        prom.wait_for_targets(timeout=30)
+        slow = {"SGLANG_DOUBLE_TOKEN_SECONDS": f"0.01,{h3}=0.03"}
+        settings = {"url": prom.url, "label": "node"}
+        run, flat = _deploy(fleet, _extra("prom-slowed", env=slow, kdtree_deploy_bake_prometheus=settings))
+    assert run.rc == 2, run.text[-5000:]
+    assert f"bake pass on {h1}" in flat, run.text[-5000:]
+    assert re.search(rf"bake fail on {h3}: mean ITL \S+ ms vs \S+ ms", flat), run.text[-5000:]
+    assert f"the bake of the batch failed on {h3}" in flat
+    print(next(line for _t, line in run.lines if f"bake fail on {h3}" in line).strip())
+    assert _mode_env(fleet, h1) == "prom-slowed"
+    assert _mode_env(fleet, h3) != "prom-slowed"
