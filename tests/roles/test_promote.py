@@ -102,6 +102,8 @@ def test_play_2_deploys_mode_on_with_the_deploy_s_own_flow():
         "kdtree_deploy_hosts": "kdtree_promote_qualified",
         "kdtree_service_verify_mode": "on",
         "kdtree_report_hosts": "{{ kdtree_promote_hosts | default('gpu-hosts') }}",
+        # the bake judges each host moved to on against its own validate run (its pre-restart window)
+        "kdtree_deploy_bake_against": "self",
     }
     deploy = yaml.safe_load((ROOT / "playbooks" / "deploy.yml").read_text())
     assert deploy[0]["hosts"] == "{{ kdtree_deploy_hosts | default('gpu-hosts') }}"

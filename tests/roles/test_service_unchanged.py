@@ -209,6 +209,7 @@ def test_a_no_op_leaves_out_the_deploys_whole_changing_half_as_one_task():
     change = [t["name"] for t in load_yaml(deploy / "change.yml")]
     assert change == [
         "Plan the rescue (its target decided and its files checked before anything changes)",
+        "Read this host's /metrics before the build (the start of its own pre-restart window, for the bake)",
         "Build the kernel (side by side with older builds; the service is not touched)",
         "Install the patch (a new directory per version; the service is not touched)",
         "Change the service and prove the host healthy, or roll it back",
