@@ -7,9 +7,8 @@
 # shipped rules loaded: the rules without `for:` fire for the faulty host, the others are pending with the
 # crafted value, none is active for the steady one; every panel's and annotation's query returns data
 # with the host variable at All and at each host (tests/monitoring); the bake's PromQL against two growing
-# exporters (test__bake_real_prom.py). Fails, never skips, without prometheus.
+# exporters (test_bake_queries.py). Fails, never skips, without prometheus.
 test-monitoring: venv system-deps
-	KDTREE_REQUIRE_PROMETHEUS=1 $(VBIN)/pytest -q -p no:cacheprovider tests/monitoring \
-	  tests/unit/plugins/plugin_utils/test__bake_real_prom.py
+	KDTREE_REQUIRE_PROMETHEUS=1 $(VBIN)/pytest -q -p no:cacheprovider tests/monitoring
 
 TEST_TARGETS += test-monitoring

@@ -35,12 +35,11 @@ import base64
 import json
 import math
 import re
-import ssl
 import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 
+from ansible.module_utils.urls import open_url
 from ansible_collections.kdtree.fleet.plugins.plugin_utils import _bake as bake
 
 COUNTER_QUERIES = {
@@ -123,15 +122,16 @@ def query(prom: Prometheus, expr: str, at: float) -> list[tuple[dict[str, str], 
     Prometheus does not answer, answers an error or another result type."""
     params = urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}"})
     url = f"{prom.url.rstrip('/')}/api/v1/query?{params}"
-    request = urllib.request.Request(url, headers={"Accept": "application/json", **prom.headers()})
-    context = None
-    if prom.url.startswith("https"):
-        context = ssl.create_default_context(cafile=prom.ca_path or None)
-        if not prom.validate_certs:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
+    headers = {"Accept": "application/json", **prom.headers()}
     try:
-        with urllib.request.urlopen(request, timeout=prom.timeout_s, context=context) as answer:
+        with open_url(
+            url,
+            headers=headers,
+            timeout=prom.timeout_s,
+            validate_certs=prom.validate_certs,
+            ca_path=prom.ca_path or None,
+            follow_redirects="none",
+        ) as answer:
             body = answer.read(8 * 1024 * 1024)
     except urllib.error.HTTPError as err:
         detail = err.read(300).decode("utf-8", "replace")
