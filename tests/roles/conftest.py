@@ -41,8 +41,16 @@ def _install_collection_finder() -> None:
 _install_collection_finder()
 
 PLAYBOOK_BIN = ANSIBLE_BIN / "ansible-playbook"
+
+
 # the host arguments of a run on this machine: localhost through the local connection, with this Python
-ON_LOCALHOST = ("-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}")
+def on_local_hosts(*hosts: str) -> tuple[str, ...]:
+    """ansible-playbook's arguments for an inventory of `hosts`, each a local connection on this
+    Python (several names: plays that run per host, under strategy free, on this one machine)."""
+    return ("-i", ",".join(hosts) + ",", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}")
+
+
+ON_LOCALHOST = on_local_hosts("localhost")
 
 
 def run_ansible(

@@ -5,13 +5,12 @@ host's failed word ends its peers' wait at once with its name and data; each run
 from __future__ import annotations
 
 import re
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PLAYBOOK_BIN, run_ansible
+from conftest import PLAYBOOK_BIN, on_local_hosts, run_ansible
 
 HOSTS = ("n0", "n1", "n2")
 
@@ -23,12 +22,7 @@ def _run(tmp_path: Path, tasks: list[dict]) -> tuple[int, str, float]:
     started = time.monotonic()
     out = run_ansible(
         "ansible-playbook",
-        "-i",
-        ",".join(HOSTS) + ",",
-        "-c",
-        "local",
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
+        *on_local_hosts(*HOSTS),
         str(playbook),
     )
     return out.returncode, out.stdout + out.stderr, time.monotonic() - started

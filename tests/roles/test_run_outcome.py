@@ -8,12 +8,11 @@ real plays on three local-connection hosts, the first batch a failing canary."""
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PLAYBOOK_BIN, run_ansible
+from conftest import PLAYBOOK_BIN, on_local_hosts, run_ansible
 
 HOSTS = ("h1", "h2", "h3")
 
@@ -76,12 +75,7 @@ def _run(tmp_path: Path, defer: bool):
     playbook.write_text(yaml.safe_dump([deploy, report, last], sort_keys=False))
     out = run_ansible(
         "ansible-playbook",
-        "-i",
-        ",".join(HOSTS) + ",",
-        "-c",
-        "local",
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
+        *on_local_hosts(*HOSTS),
         str(playbook),
     )
     text = out.stdout + out.stderr
