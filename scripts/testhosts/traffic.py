@@ -122,10 +122,21 @@ class Traffic:
     """The bounded client: `threads` loops of one POST /generate at a time, counted, and a sampler of
     the router's worker list (membership changes with the times of the samples around them)."""
 
-    def __init__(self, router_url: str, threads: int = 4, request_timeout_s: float = 30) -> None:
+    def __init__(
+        self,
+        router_url: str,
+        threads: int = 4,
+        request_timeout_s: float = 30,
+        payload: dict | None = None,
+        backoff_s: float = 0.0,
+    ) -> None:
+        """`payload`: the POST /generate body (default: one token, not streamed); `backoff_s`: a pause
+        after a failed request (a host restarting: no busy loop)."""
         self.url = router_url.rstrip("/")
         self.threads = threads
         self.request_timeout_s = request_timeout_s
+        self.payload = payload or {"text": "hi", "sampling_params": {"max_new_tokens": 1}}
+        self.backoff_s = backoff_s
         self.sent = 0
         self.answered = 0
         self.failures: Counter[str] = Counter()
@@ -137,7 +148,7 @@ class Traffic:
         self._running: list[threading.Thread] = []
 
     def _loop(self) -> None:
-        body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 1}}).encode()
+        body = json.dumps(self.payload).encode()
         headers = {**_headers(), "Content-Type": "application/json"}
         while not self._stop.is_set():
             with self._lock:
@@ -154,6 +165,10 @@ class Traffic:
             except (OSError, ValueError) as exc:
                 with self._lock:
                     self.failures[type(exc).__name__ + ": " + str(exc)[:80]] += 1
+            else:
+                continue
+            if self.backoff_s:
+                time.sleep(self.backoff_s)
 
     def _sample(self) -> None:
         before: set[str] | None = None

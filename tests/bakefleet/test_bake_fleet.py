@@ -26,7 +26,6 @@ import logging
 import re
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,26 +53,9 @@ systemctl restart sglang.service
 """
 
 
-class StreamedTraffic(traffic.Traffic):
-    """The existing client with streamed requests of 8 tokens: SGLang (and the double) observe the
-    inter-token latency of a streamed answer only."""
-
-    def _loop(self) -> None:
-        body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 8}, "stream": True}).encode()
-        headers = {"Content-Type": "application/json"}
-        while not self._stop.is_set():
-            with self._lock:
-                self.sent += 1
-            req = urllib.request.Request(self.url + "/generate", data=body, headers=headers)
-            try:
-                with urllib.request.urlopen(req, timeout=self.request_timeout_s) as resp:
-                    resp.read()
-                with self._lock:
-                    self.answered += 1
-            except (OSError, ValueError) as exc:
-                with self._lock:
-                    self.failures[type(exc).__name__] += 1
-                time.sleep(0.2)  # a host restarting: no busy loop
+# the existing client's requests streamed, 8 tokens each: SGLang (and the double) observe the
+# inter-token latency of a streamed answer only
+STREAMED = {"text": "hi", "sampling_params": {"max_new_tokens": 8}, "stream": True}
 
 
 def _extra(tag: str, **more) -> dict:
@@ -106,7 +88,11 @@ def fleet() -> Iterator[Fleet]:
 
 
 def _deploy(fleet: Fleet, extra: dict, with_traffic: bool = True) -> tuple[Run, str]:
-    loads = [StreamedTraffic(url, threads=2) for url in fleet.workers.values()] if with_traffic else []
+    loads = (
+        [traffic.Traffic(url, threads=2, payload=STREAMED, backoff_s=0.2) for url in fleet.workers.values()]
+        if with_traffic
+        else []
+    )
     for load in loads:
         load.__enter__()
     try:
