@@ -8,12 +8,12 @@
 set -euo pipefail
 need=()
 for pkg in podman runc debootstrap python3.11-venv ninja-build; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+  [[ $(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null) == "install ok installed" ]] || need+=("$pkg")
 done
 # without their recommends: prometheus would bring node-exporter, another service
 bare=()
 for pkg in prometheus; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || bare+=("$pkg")
+  [[ $(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null) == "install ok installed" ]] || bare+=("$pkg")
 done
 if ((${#need[@]} + ${#bare[@]})); then
   echo "install-system-deps: installing ${need[*]} ${bare[*]}"

@@ -31,7 +31,8 @@ target="$here/../files/sglang_ext/kdtree_verify/target.py"
 mapfile -t window < <("$python" -c 'import runpy, sys
 print("\n".join(runpy.run_path(sys.argv[1])["SUPPORTED_SGLANG_VERSIONS"]))' "$target")
 release=${3:-${window[-1]}}
-if ! printf '%s\n' "${window[@]}" | grep -qxF "$release"; then
+# a word match, not printf | grep -q: under pipefail grep's early exit can fail printf with SIGPIPE
+if [[ " ${window[*]} " != *" $release "* ]]; then
   echo "sglang venv: sglang $release is outside the supported window (${window[*]}, $target)" >&2
   exit 2
 fi

@@ -30,7 +30,8 @@ flock 9
 for dir in "$cache"/*/; do
   name=$(basename "$dir")
   [[ $name == whl ]] && continue
-  if ! printf '%s\n' "${versions[@]}" | grep -qxF "$name"; then
+  # a word match, not printf | grep -q: under pipefail grep's early exit can fail printf with SIGPIPE
+  if [[ " ${versions[*]} " != *" $name "* ]]; then
     echo "sglang wheels: $name left the window, removing it"
     rm -rf "$dir" "$cache/whl/sglang-$name-"*.whl
   fi
@@ -65,7 +66,8 @@ for v in "${versions[@]}"; do
   if fresh "$v"; then
     continue
   fi
-  wheel=$(compgen -G "$cache/whl/sglang-$v-*.whl" | head -n1)
+  mapfile -t found < <(compgen -G "$cache/whl/sglang-$v-*.whl")
+  wheel=${found[0]:-}
   rm -rf "$out.tmp"
   mkdir -p "$out.tmp"
   "$python" - "$wheel" "$out.tmp" "${files[@]}" <<'PY'
