@@ -1,6 +1,7 @@
 """Filters of serving groups (the nodes of one multi-node SGLang server, plugin_utils/_groups.py):
-kdtree_serving_group (a host's group and its members) and kdtree_serving_group_check (what makes the
-group's nodes not one server, from the words each node's preflight posted)."""
+kdtree_serving_group (a host's group and its members), kdtree_serving_group_check (what makes the
+group's nodes not one server, from the words each node's preflight posted) and kdtree_serving_group_target
+(where every node goes back when one fails, from the targets each node's history allows)."""
 
 from __future__ import annotations
 
@@ -28,9 +29,17 @@ def kdtree_serving_group_check(posts: Any, name: Any, members: Any) -> dict[str,
     }
 
 
+def kdtree_serving_group_target(posts: Any, name: Any, members: Any) -> dict[str, str]:
+    """{target, why}: previous when every node's last good deploy is the same deploy, else stock."""
+    if not isinstance(posts, dict):
+        raise AnsibleFilterError(f"kdtree_serving_group_target: posts must be a mapping, not {posts!r}")
+    return serving.rollback_target(str(name), list(members), posts)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "kdtree_serving_group": kdtree_serving_group,
             "kdtree_serving_group_check": kdtree_serving_group_check,
+            "kdtree_serving_group_target": kdtree_serving_group_target,
         }

@@ -166,3 +166,36 @@ def rank0(members: Sequence[str], posts: Mapping[str, Any]) -> str:
         if ((posts.get(host) or {}).get("data") or {}).get("node_rank") == 0:
             return host
     return ""
+
+
+# What makes two nodes' last good deploys the same deploy of the server: the kernel build, the patch,
+# the verify mode and the NCCL settings (a server's ranks must match on all four).
+SAME_DEPLOY = ("build_id", "patch_digest", "mode", "nccl_env")
+
+
+def rollback_target(name: str, members: Sequence[str], posts: Mapping[str, Any]) -> dict[str, str]:
+    """Where every node of the group goes back when any node fails: {target, why}.
+
+    Each node posts the target its own history allows ({data: {target: previous|stock, why_stock,
+    previous: {build_id, patch_digest, mode, nccl_env}}}). The group goes back to the previous deploy
+    only when every node can and their previous deploys are the same deploy (SAME_DEPLOY); otherwise
+    every node goes to stock (the operator's own unit on each node: one server again), and `why` says
+    which node or which field stopped previous. A node with no word counts as one that cannot."""
+    previous: dict[str, Mapping[str, Any]] = {}
+    for host in members:
+        data = (posts.get(host) or {}).get("data")
+        if not isinstance(data, Mapping):
+            return {"target": "stock", "why": f"serving group {name}: {host} sent no rollback target"}
+        if data.get("target") != "previous" or not isinstance(data.get("previous"), Mapping):
+            why = str(data.get("why_stock") or "it has no last good deploy to go back to")
+            return {"target": "stock", "why": f"serving group {name}: {host} goes back to stock ({why})"}
+        previous[host] = data["previous"]
+    for field in SAME_DEPLOY:
+        values = {repr(entry.get(field)) for entry in previous.values()}
+        if len(values) > 1:
+            shown = ", ".join(f"{host} {entry.get(field)!r}" for host, entry in previous.items())
+            return {
+                "target": "stock",
+                "why": f"serving group {name}: the nodes' last good deploys differ in {field} ({shown})",
+            }
+    return {"target": "previous", "why": ""}

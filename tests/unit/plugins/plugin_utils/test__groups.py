@@ -102,3 +102,45 @@ def test_the_report_names_each_node_s_serving_group():
     assert [row.get("group") for row in rows] == [None, "ds", "ds"]
     full = [line for line in report.kdtree_report_table(rows, "full").splitlines() if line.startswith("n0")]
     assert "ds" in full[0].split() and table.COLUMNS[-3] == ("group", "GROUP")
+
+
+def target(kind: str = "previous", **change) -> dict:
+    previous = {"build_id": "b1", "patch_digest": "p1", "mode": "on", "nccl_env": {"NCCL_P2P_LEVEL": "SYS"}}
+    previous.update(change)
+    data = {"target": kind, "why_stock": "" if kind == "previous" else "no healthy deploy in the history"}
+    if kind == "previous":
+        data["previous"] = previous
+    return {"state": "ok", "data": data}
+
+
+def test_the_group_goes_back_to_previous_only_when_every_node_has_the_same_last_good_deploy():
+    same = {"n0": target(), "n1": target()}
+    assert serving.kdtree_serving_group_target(same, "ds", ["n0", "n1"]) == {"target": "previous", "why": ""}
+
+
+def test_a_node_that_can_only_go_to_stock_takes_the_whole_group_to_stock():
+    got = groups.rollback_target("ds", ["n0", "n1"], {"n0": target(), "n1": target("stock")})
+    assert got["target"] == "stock"
+    assert "n1 goes back to stock (no healthy deploy in the history)" in got["why"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("build_id", "b0"),
+        ("patch_digest", "p0"),
+        ("mode", "validate"),
+        ("nccl_env", {"NCCL_P2P_LEVEL": "PIX"}),
+    ],
+)
+def test_nodes_whose_last_good_deploys_differ_go_back_to_stock(field, value):
+    got = groups.rollback_target("ds", ["n0", "n1"], {"n0": target(), "n1": target(**{field: value})})
+    assert got["target"] == "stock"
+    assert f"differ in {field}" in got["why"]
+
+
+def test_a_node_without_a_word_counts_as_one_that_cannot_go_back():
+    got = groups.rollback_target("ds", ["n0", "n1"], {"n0": target()})
+    assert got == {"target": "stock", "why": "serving group ds: n1 sent no rollback target"}
+    with pytest.raises(AnsibleFilterError, match="posts must be a mapping"):
+        serving.kdtree_serving_group_target(None, "ds", ["n0"])
