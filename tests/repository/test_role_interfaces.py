@@ -60,10 +60,12 @@ def test_the_rollback_role_publishes_only_what_a_user_sets():
     assert sorted(_main_options("kdtree_rollback")) == [
         "kdtree_rollback_defer_failures",
         "kdtree_rollback_fail_on_unhealthy",
+        "kdtree_rollback_group_timeout_s",
         "kdtree_rollback_lock_break",
         "kdtree_rollback_to",
     ]
     assert sorted(_private_options("kdtree_rollback")) == [
+        "_kdtree_rollback_agree",
         "_kdtree_rollback_failed_dropin_digest",
         "_kdtree_rollback_force_restart",
         "_kdtree_rollback_kill",
