@@ -29,6 +29,9 @@ from typing import Any
 # host.py restart_unit: "restart did not finish within N s ..."): the unit's stop hangs, so the rescue
 # kills it instead of a second stop that would hang too, and takes no plan that restarts it first.
 RESTART_STUCK = "restart did not finish"
+# The failed drop-in's digest the rollback is told when this node's own drop-in did not fail (never a
+# sha256: the history's last good is then its newest healthy entry, as in the deploy's plan).
+NO_FAILED_DROPIN = "-"
 # The smoke module's action names: a failure there means the unit was restarted (or tried to be).
 SMOKE_ACTIONS = frozenset(("kdtree.fleet.kdtree_smoke", "kdtree_smoke"))
 # The undo command's exit status when its first step (put back or remove the drop-in) failed.
@@ -110,6 +113,7 @@ def plan(
     unit_now: Any = None,
     undo_rc: Any = None,
     drain_out: Any = False,
+    own_change: Any = True,
 ) -> RescuePlan:
     """The rescue's choices from what it knows (see the module's docstring for the three steps).
 
@@ -119,10 +123,16 @@ def plan(
     unit_before: {invocation_id, active_state} before the change ({} when not read); unit_now: the
     re-read's registered result, None before step 2; undo_rc: the undo command's exit status, None
     before step 3; drain_out: the drain role's kdtree_drain_out (this run has the host out of
-    rotation)."""
+    rotation); own_change: False for a node of a serving group that restarted only because its group
+    did (the preflight found its own files unchanged): its drop-in did not fail, so the plan's previous,
+    the run it had, is its way back, and the rollback is told NO_FAILED_DROPIN."""
     why = _text(why, "why")
     failed_action = _text(failed_action, "failed_action")
     failed_digest = _text(failed_digest, "failed_digest")
+    if not isinstance(own_change, bool):
+        raise RescueInputError(f"own_change must be a boolean, not {own_change!r}")
+    if not own_change:
+        failed_digest = NO_FAILED_DROPIN
     before = _mapping(unit_before, "unit_before")
     stuck = RESTART_STUCK in why
     if rollback_plan is None:

@@ -73,6 +73,18 @@ def test_a_planned_previous_equal_to_the_drop_in_that_failed_is_no_way_back():
     assert step.rollback["force_restart"] is True
 
 
+def test_a_group_node_whose_own_drop_in_did_not_change_goes_back_to_the_run_it_had():
+    # the node restarted with its group; the deploy's entry carries its live drop-in's digest, which the
+    # plan's previous (its newest healthy entry) has too: that drop-in did not fail, it is the way back
+    plan = {**PREVIOUS_PLAN, "previous_digest": FAILED}
+    step = decide(rollback_plan=plan, own_change=False, undo_rc=0)
+    assert (step.fast, step.putback, step.undo) == (True, True, "put")
+    assert step.rollback["failed_dropin_digest"] == rescue.NO_FAILED_DROPIN
+    assert step.rollback["restarted"] is True
+    with pytest.raises(rescue.RescueInputError, match="own_change must be a boolean"):
+        decide(own_change="False")
+
+
 def test_no_plan_removes_the_drop_in_and_leaves_the_restart_to_the_rollback():
     step = decide(rollback_plan=None, undo_rc=0)
     assert (step.fast, step.putback, step.undo, step.undo_restart) == (False, False, "remove", False)
