@@ -71,6 +71,25 @@ def run_ansible(
     )
 
 
+def run_report_play(
+    inventory: Path, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """playbooks/report.yml with run_ansible on the hosts of `inventory`, on this Python and without
+    become (the play's become is for real hosts); `extra` are ansible-playbook's options."""
+    return run_ansible(
+        "ansible-playbook",
+        "-i",
+        str(inventory),
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        "-e",
+        "ansible_become=false",
+        *extra,
+        str(ROOT / "playbooks" / "report.yml"),
+        env=env,
+    )
+
+
 def run_play(
     path: Path, play: dict, *extra: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:

@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import PLAYBOOK_BIN, ROOT, run_ansible
+from conftest import PLAYBOOK_BIN, ROOT, run_report_play
 
 pytestmark = pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv")
 
@@ -41,20 +40,13 @@ def report(tmp_path: Path, gpus: dict, *extra: str) -> tuple[subprocess.Complete
         )
     )
     out_json = tmp_path / "report.json"
-    out = run_ansible(
-        "ansible-playbook",
-        "-i",
-        str(inventory),
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
-        "-e",
-        "ansible_become=false",
+    out = run_report_play(
+        inventory,
         "-e",
         f"kdtree_report_json={out_json}",
         "-e",
         "kdtree_report_view=full",
         *extra,
-        str(ROOT / "playbooks" / "report.yml"),
         env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "NVIDIA_SMI_DOUBLE_STATE": str(state)},
     )
     assert out.returncode == 0, out.stdout + out.stderr

@@ -10,11 +10,10 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import PLAYBOOK_BIN, ROOT, run_ansible
+from conftest import PLAYBOOK_BIN, run_report_play
 
 # ---------------------------------------------------------------------------------------------
 # the playbook and the role through ansible-playbook (localhost, and a host that is unreachable)
@@ -38,17 +37,7 @@ def run_report(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
             }
         )
     )
-    return run_ansible(
-        "ansible-playbook",
-        "-i",
-        str(inventory),
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
-        "-e",
-        "ansible_become=false",  # no sudo here; the play's become is for real hosts
-        str(ROOT / "playbooks" / "report.yml"),
-        *extra,
-    )
+    return run_report_play(inventory, *extra)
 
 
 @pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="needs the tools venv")
