@@ -43,6 +43,8 @@ import signal
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
+from http.server import ThreadingHTTPServer
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
 from pathlib import Path
@@ -167,13 +169,7 @@ def launch_server(args: argparse.Namespace) -> None:
         return
     pids = [p.pid for p in procs[: len(readers)] if p.pid is not None]  # the schedulers
     state = ServerState(args, model_config, pids, knobs, group_lost)
-    try:
-        server = start_http_server(state)
-    except OSError as exc:
-        logger.error(
-            "[Errno %s] error while attempting to bind on address (%s, %d)", exc.errno, args.host, args.port
-        )
-        raise
+    server = _listen(args, lambda: start_http_server(state))
     logger.info("Started server process [%d]", os.getpid())
     logger.info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", args.host, args.port)
     try:
@@ -185,16 +181,21 @@ def launch_server(args: argparse.Namespace) -> None:
         logger.info("Finished server process [%d]", os.getpid())
 
 
-def _serve_as_peer_node(args: argparse.Namespace) -> None:
-    """A node > 0: SGLang's dummy health check server, then wait on the schedulers (a scheduler that
-    fails sends SIGQUIT, which kills the whole tree)."""
+def _listen(args: argparse.Namespace, start: Callable[[], ThreadingHTTPServer]) -> ThreadingHTTPServer:
+    """start(): an HTTP server on --host/--port; a failed bind is logged with uvicorn's line, then raised."""
     try:
-        server = start_dummy_health_server(args)
+        return start()
     except OSError as exc:
         logger.error(
             "[Errno %s] error while attempting to bind on address (%s, %d)", exc.errno, args.host, args.port
         )
         raise
+
+
+def _serve_as_peer_node(args: argparse.Namespace) -> None:
+    """A node > 0: SGLang's dummy health check server, then wait on the schedulers (a scheduler that
+    fails sends SIGQUIT, which kills the whole tree)."""
+    server = _listen(args, lambda: start_dummy_health_server(args))
     logger.info("Starting dummy health check server at %s:%d", args.host, args.port)
     try:
         while True:
