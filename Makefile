@@ -43,37 +43,80 @@ system-deps:
 include $(sort $(wildcard mk/*.mk))
 
 # ruff, yamllint and every component's lint target (ansible-lint).
-lint: venv $(LINT_TARGETS)
+lint: lint-fast $(LINT_TARGETS)
+
+# make test is one dependency graph in lanes, every target timed (scripts/testtime.py: its wall and own
+# CPU seconds, the machine's CPU busy share and load meanwhile; the table is printed at the end, failed or
+# not, and kept in .cache/testtime/):
+#   gate  ruff, yamllint and the hook's start-up check (seconds): a lint error fails first;
+#   prep  the tools venv, the Debian packages and the test-host image, one after the other;
+#   main  at normal priority, TEST_JOBS (2) at a time: the molecule scenarios in MOLECULE_SCENARIOS' order
+#         (each starts as soon as what it needs exists), then the suites with wall-clock bounds or traffic
+#         (TEST_MAIN_TARGETS);
+#   cpu   at the lowest CPU and I/O priority (nice 19, ionice idle), TEST_JOBS at a time, beside main:
+#         every other test target (TEST_TARGETS: the components' files add them), after the venvs, the
+#         model and the wheels it shares with main are made at normal priority (TEST_PREP).
+TEST_JOBS ?= 2
+TEST_LOG := $(ROOT)/.cache/testtime
+TEST_TIMED = $(PYTHON) scripts/testtime.py run --log $(TEST_LOG)
+TEST_LOW := nice -n 19 ionice -c 3
+TEST_PREP := sglang-venv sglang-venv-oldest publish-venvs router-venv smg-venv sglang-wheels
+TEST_GATE := lint-fast bench-startup
+TEST_MAIN_TARGETS := test-bake-fleet test-drain-traffic test-testhosts test-roles-fast test-drain-fast test-monitoring
+TEST_MAIN = $(MOLECULE_SCENARIOS:%=test-molecule-%) $(TEST_MAIN_TARGETS)
+TEST_CPU = $(LINT_TARGETS) $(filter-out test-molecule $(TEST_MAIN) $(TEST_GATE) $(LINT_TARGETS),$(TEST_TARGETS))
+
+.PHONY: lint-fast test-lane-main test-lane-cpu test-prep
+# ruff and yamllint alone (seconds): make test's gate.
+lint-fast: venv
 	$(VBIN)/ruff check .
 	$(VBIN)/ruff format --check .
 	$(VBIN)/yamllint -s .
 
-# make test runs in three phases, each side by side on TEST_JOBS (2) cores, every target's output
-# printed whole when it ends: 1. lint, the roles' tests and the repository-wide checks beside what the
-# suites install (TEST_PREP: venvs, the engine's model, the wheels, the image); 2. the molecule
-# scenarios (MOLECULE_JOBS at a time); 3. every other suite (TEST_TARGETS without the first two; the
-# components' files add them). A target that fails stops its phase once the targets running beside it end.
-TEST_JOBS ?= 2
-TEST_PREP := testhost-image sglang-venv engine-model sglang-venv-oldest publish-venvs router-venv smg-venv sglang-wheels
-# phase 3 starts the longest first (make -j takes the list in order), the rest as the files list them
-TEST_LONGEST := test-drain-traffic test-bake-fleet test-publish test-drain-fast test-kernel mutation-check test-testhosts
-TEST_LAST := $(foreach t,$(TEST_LONGEST),$(filter $(t),$(TEST_TARGETS))) \
-  $(filter-out test-roles-fast test-repository test-molecule $(TEST_LONGEST),$(TEST_TARGETS))
-TEST_PHASE = start=$$(date +%s); $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target
-
 # Every test (lint first); installs what it needs. CI runs this on a fresh clone.
 test: venv
-	@$(TEST_PHASE) lint test-roles-fast test-repository $(TEST_PREP) test-kernel-cpu && \
-	  echo "make test: phase 1 (lint, roles, repository, set-up, kernel on the CPU) passed in $$(( $$(date +%s) - start )) s"
-	@start=$$(date +%s); $(MAKE) --no-print-directory test-molecule && \
-	  echo "make test: phase 2 (molecule) passed in $$(( $$(date +%s) - start )) s"
-	@$(TEST_PHASE) $(TEST_LAST) && echo "make test: phase 3 ($(TEST_LAST)) passed in $$(( $$(date +%s) - start )) s"
-	@echo "make test: all test targets passed ($(TEST_TARGETS))"
+	@rm -rf $(TEST_LOG); mkdir -p $(TEST_LOG); \
+	  $(PYTHON) scripts/testtime.py sample --log $(TEST_LOG) & \
+	  trap '$(PYTHON) scripts/testtime.py stop --log $(TEST_LOG); $(PYTHON) scripts/testtime.py table --log $(TEST_LOG)' EXIT; \
+	  for t in $(TEST_GATE); do $(TEST_TIMED) --lane gate $$t -- $(MAKE) --no-print-directory $$t || exit 1; done; \
+	  for t in collection-link system-deps testhost-image; do \
+	    $(TEST_TIMED) --lane prep $$t -- $(MAKE) --no-print-directory $$t || exit 1; done; \
+	  $(MAKE) --no-print-directory -j2 test-lane-main test-lane-cpu && \
+	  echo "make test: all test targets passed ($(TEST_GATE) $(TEST_MAIN) $(TEST_CPU))"
+
+# make test's main lane alone (normal priority, TEST_JOBS at a time).
+test-lane-main: venv
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(TEST_MAIN:%=test-main-%)
+
+# make test's CPU lane alone (the shared venvs first, then the rest at the lowest priority).
+test-lane-cpu: venv
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-prep && \
+	  $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(TEST_CPU:%=test-cpu-%)
+
+# The venvs, wheels and model both lanes use, made at normal priority (each script locks its own).
+test-prep:
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(TEST_PREP:%=test-prep-%)
+
+test-prep-%:
+	@$(TEST_TIMED) --lane prep $* -- $(MAKE) --no-print-directory $*
+
+test-main-%:
+	@$(TEST_TIMED) --lane main $* -- $(MAKE) --no-print-directory $*
+
+test-cpu-%:
+	@$(TEST_TIMED) --lane cpu $* -- $(TEST_LOW) $(MAKE) --no-print-directory $*
+
+# What a main-lane target needs beyond the image, made (and timed) before it starts.
+$(addprefix test-main-,test-molecule-engine): test-prep-engine-model
+$(addprefix test-main-,test-molecule-oldest): test-prep-engine-model test-prep-sglang-venv-oldest
+$(addprefix test-main-,test-molecule-consumer): test-prep-publish-venv-core-2.21
+$(addprefix test-main-,test-drain-traffic test-drain-fast): test-prep-router-venv
 
 # The quick inner-loop tests (no containers, no torch).
 test-fast: venv $(TEST_FAST_TARGETS)
 	@echo "make test-fast: passed ($(TEST_FAST_TARGETS))"
 
-# Benchmarks that need no GPU; each prints its figures.
-# Each fails only when the thing measured broke.
+# Benchmarks that need no GPU; each prints its figures (the periodic tier, not CI's gate).
+# Each fails only when the thing measured broke or missed its target. make test runs bench-startup (its
+# gate) and prints the crash figures bench-smoke measures from molecule crash, engine and batch.
 bench: bench-startup bench-smoke bench-noop bench-kernel-plan

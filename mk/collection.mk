@@ -40,9 +40,10 @@ test-roles-fast: venv
 # The repository-wide checks: docs, make targets, role interfaces, plugin layers.
 # What holds across the repository, read from its files (tests/repository): names and paths the docs
 # give exist, every make target is listed in `make help`, each role's interface is declared once, one
-# owner per fact, module_utils import nothing of the controller's, the whole test tree collects.
+# owner per fact, module_utils import nothing of the controller's, the whole test tree collects; and
+# make test's own timing table (tests/ci, scripts/testtime.py).
 test-repository: venv
-	$(VBIN)/pytest -q tests/repository
+	$(VBIN)/pytest -q tests/repository tests/ci
 
 # The plugins' unit tests (tests/unit) with the tools venv's pytest; make test runs them with
 # ansible-test units instead (test-publish-units, mk/publish.mk).

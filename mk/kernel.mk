@@ -86,5 +86,5 @@ GPU_REHEARSAL_VENV := $(ROOT)/.cache/gpu-rehearsal-venv
 gpu-rehearsal:
 	bash scripts/gpu-rehearsal.sh $(GPU_REHEARSAL_VENV)
 
-TEST_TARGETS += test-kernel
+TEST_TARGETS += test-kernel test-kernel-cpu
 TEST_FAST_TARGETS += test-kernel-fast
