@@ -22,12 +22,11 @@ help:
 	@$(PYTHON) scripts/make_help.py
 
 # The controller's tools venv (.venv).
-# Ansible, ansible-lint, molecule, pytest, ruff, yamllint.
+# Ansible, ansible-lint, molecule, pytest, ruff, yamllint: built once per recipe in the machine-level
+# cache (scripts/devcache.py, scripts/tools-venv.sh), .venv links to it.
 venv: $(VENV)/.stamp collection-link
-$(VENV)/.stamp: requirements-dev.txt
-	$(PYTHON) -m venv $(VENV)
-	$(VBIN)/pip install -q --upgrade pip
-	$(VBIN)/pip install -q -r requirements-dev.txt
+$(VENV)/.stamp: requirements-dev.txt scripts/tools-venv.sh
+	bash scripts/tools-venv.sh $(VENV) $(PYTHON)
 	touch $@
 
 # Link collections/ansible_collections/kdtree/fleet to this clone.

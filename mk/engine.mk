@@ -12,11 +12,12 @@ ENGINE_HOST ?= kdtree-engine1
 engine-venv: sglang-venv
 
 # The tiny DeepSeek-V3-style MLA model and tokenizer (made once).
-# The tiny DeepSeek-V3-style MLA model and tokenizer, made once in .cache/engine-model/<recipe hash>/.
-# .cache/engine-model/current links to it: molecule's engine scenario mounts that fixed path.
+# The tiny DeepSeek-V3-style MLA model and tokenizer, made once in the machine-level cache
+# (scripts/devcache.py: <home>/engine-model/<recipe hash>/); .cache/engine-model/current links to it:
+# molecule's engine scenario mounts that fixed path.
 engine-model: engine-venv
-	@dir=$$($(ENGINE_VENV)/bin/python tests/engine/make_tiny_model.py) && \
-	  ln -sfn "$$(basename "$$dir")" $(ROOT)/.cache/engine-model/current && echo "engine-model: $$dir"
+	@dir=$$($(ENGINE_VENV)/bin/python tests/engine/make_tiny_model.py) && mkdir -p $(ROOT)/.cache/engine-model && \
+	  ln -sfn "$$dir" $(ROOT)/.cache/engine-model/current && echo "engine-model: $$dir"
 
 # Start the real-engine test host (ENGINE_HOST, default kdtree-engine1).
 # Start one test host running the real SGLang engine under systemd (ENGINE_HOST, default kdtree-engine1).

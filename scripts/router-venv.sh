@@ -22,6 +22,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/venv-once.sh"
 base=$(venv_base "$python")
 want="$(venv_hash "$here/router-venv.sh" "$here/venv-once.sh") $requirement $base"
+venv=$(devcache_entry "$venv" "$(basename "$venv")" "$want")
 start=$(date +%s)
 venv_reuse_or_remake "router venv ($requirement)" "$venv" "$want" "$python" "$base"
 timeout 600 "$venv/bin/pip" install -q --no-input "$requirement"

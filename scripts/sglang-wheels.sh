@@ -23,6 +23,9 @@ files=(
 want=$(sha256sum "$here/sglang-wheels.sh" | cut -d' ' -f1)
 mapfile -t versions < <("$python" -c 'import runpy, sys
 print("\n".join(runpy.run_path(sys.argv[1])["SUPPORTED_SGLANG_VERSIONS"]))' "$target")
+# the machine-level cache's entry for this script and window (scripts/devcache.py); the clone's path links to it
+cache=$(python3 "$here/devcache.py" link "$cache" sglang-wheels \
+  "$(printf '%s\n' "$want" "${versions[@]}" | sha256sum | cut -c1-16)")
 mkdir -p "$cache/whl"
 exec 9>"$cache/.lock"
 flock 9

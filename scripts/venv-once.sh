@@ -38,3 +38,13 @@ venv_reuse_or_remake() {
 venv_stamp() {
   echo "$2" >"$1/.kdtree-stamp"
 }
+
+# devcache_entry LINK NAME RECIPE...: the machine-level cache's entry for this recipe (scripts/devcache.py:
+# <home>/<NAME>-<first 16 hex of the recipe's sha256>), LINK (the clone's .cache/<...>) pointed at it.
+# Prints the entry: build into it (its stamp says whether it is done), never into LINK.
+devcache_entry() {
+  local link=$1 name=$2 key
+  shift 2
+  key=$(printf '%s\n' "$@" | sha256sum | cut -c1-16)
+  python3 "$(dirname "${BASH_SOURCE[0]}")/devcache.py" link "$link" "$name" "$key"
+}

@@ -10,9 +10,9 @@
 # Usage: scripts/publish/venv.sh <venv-dir> <kind> [python]
 set -euo pipefail
 
-# The venv's real path: its entry points' shebangs name it, so a venv built through a link (a
-# worktree's .cache -> the main clone's) must not name the link, which may go away with the worktree.
-venv=$(realpath -m "${1:?usage: publish-venv.sh <venv-dir> <kind> [python]}")
+# The venv is built in the machine-level cache's entry for its recipe (scripts/devcache.py), which the
+# path given links to: its entry points' shebangs name the entry, which outlives a clone or worktree.
+venv=${1:?usage: publish-venv.sh <venv-dir> <kind> [python]}
 kind=${2:?usage: publish-venv.sh <venv-dir> <kind> [python]}
 python=${3:-python3}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -30,6 +30,8 @@ esac
 # shellcheck source=../venv-once.sh
 source "$here/../venv-once.sh"
 base=$(venv_base "$python")
+venv=$(devcache_entry "$venv" "publish-$kind" "$(venv_hash "$here/venv.sh" "$here/../venv-once.sh" "$units_req")" \
+  "$kind" "$base")
 want="$(venv_hash "$here/venv.sh" "$here/../venv-once.sh" "$units_req") $kind $base $venv"
 venv_reuse_or_remake "publish venv ($kind)" "$venv" "$want" "$python" "$base"
 "$venv/bin/pip" install -q --no-input "${pkgs[@]}" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)

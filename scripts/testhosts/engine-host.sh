@@ -121,6 +121,9 @@ up() {
   local name="$1" t0=$SECONDS
   bash "$HERE/build-image.sh"
   ensure_venv
+  # the venv's own directory (the machine-level cache's entry .cache/sglang-venv links to): a venv of
+  # another recipe is another directory, so a host that mounts an older one is created again
+  VENV=$(realpath "$VENV")
   local model
   model="$(model_dir)"
   [[ -f "$model/config.json" ]] || die "no model at $model"

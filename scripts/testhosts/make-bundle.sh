@@ -7,7 +7,8 @@
 # A bundle directory is never changed once made (a new content makes a new directory, renamed into
 # place whole), so molecule scenarios running side by side can each make and copy one.
 # The setproctitle wheel (the real engine's process-title module) is downloaded once on this
-# machine into .cache/testhost/wheels: test hosts cannot reach PyPI themselves.
+# machine into the machine-level cache (.cache/testhost/wheels links to it): test hosts cannot reach
+# PyPI themselves.
 # Prints the bundle directory on stdout.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -17,11 +18,14 @@ OUT="$CACHE/double-bundle"
 PIP="${KDTREE_PIP:-$ROOT/.venv/bin/pip}"
 [[ -x "$PIP" ]] || PIP="python3 -m pip"
 
-mkdir -p "$CACHE/wheels"
+# the wheel lives in the machine-level cache (scripts/devcache.py), keyed by what is asked for
+SETPROCTITLE='setproctitle>=1.3,<2'
+python3 "$ROOT/scripts/devcache.py" link "$CACHE/wheels" testhost-wheels \
+  "$(printf '%s\n' "$SETPROCTITLE" 3.11 cp manylinux2014_x86_64 | sha256sum | cut -c1-16)" >/dev/null
 if ! compgen -G "$CACHE/wheels/setproctitle-*.whl" >/dev/null; then
   $PIP download -q --disable-pip-version-check --only-binary=:all: --no-deps \
     --python-version 3.11 --implementation cp --platform manylinux2014_x86_64 \
-    -d "$CACHE/wheels" 'setproctitle>=1.3,<2' >&2 ||
+    -d "$CACHE/wheels" "$SETPROCTITLE" >&2 ||
     echo "make-bundle: WARNING: setproctitle wheel not available; titles will only set /proc/PID/comm" >&2
 fi
 

@@ -3,10 +3,11 @@
 Run with the engine venv's python (torch + transformers + tokenizers):
     .cache/engine-venv/bin/python tests/engine/make_tiny_model.py [--cache DIR] [--out DIR] [--force]
 
-The model lands in <cache>/<key>/ (cache default: .cache/engine-model), where <key> is the first 16 hex
-digits of the sha256 of THIS file and tiny_drafts.py: the two files are the recipe, change one and a new
-model is made; an existing complete directory is reused (nothing is written). The path is printed on
-stdout (the only stdout line).
+The model lands in <cache>/<key>/ (cache default: the machine-level cache's engine-model/,
+scripts/devcache.py; make engine-model links .cache/engine-model/current to it), where <key> is the
+first 16 hex digits of the sha256 of THIS file and tiny_drafts.py: the two files are the recipe, change
+one and a new model is made; an existing complete directory is reused (nothing is written). The path is
+printed on stdout (the only stdout line).
 --out DIR writes to DIR instead of the cache (used to check that two builds give identical files).
 
 What it is (the config seen serving with the real sglang 0.5.23 on a CPU, see
@@ -38,6 +39,8 @@ VOCAB = 512
 SPECIAL = ["<s>", "</s>", "<pad>"]  # ids 0, 1, 2
 ROOT = Path(__file__).resolve().parents[2]
 DRAFTS_RECIPE = Path(__file__).resolve().with_name("tiny_drafts.py")
+sys.path.insert(0, str(ROOT / "scripts"))
+import devcache  # noqa: E402 the machine-level cache's home has one owner
 
 # The training text: fixed, ASCII, repetitive enough that NGRAM speculation finds matches.
 CORPUS = [
@@ -150,7 +153,7 @@ def build(out: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cache", type=Path, default=ROOT / ".cache" / "engine-model")
+    ap.add_argument("--cache", type=Path, default=devcache.home() / "engine-model")
     ap.add_argument("--out", type=Path, help="write here instead of <cache>/<key> (no caching)")
     ap.add_argument("--force", action="store_true", help="rebuild even when the cached model exists")
     args = ap.parse_args()
@@ -165,6 +168,7 @@ def main() -> int:
 
     final = args.cache / recipe_key()
     if (final / "kdtree-recipe.json").is_file() and not args.force:
+        (args.cache / devcache.LINKED).touch()  # prune's clock: this model is still used
         print(f"make_tiny_model: reusing {final}", file=sys.stderr)
         print(final)
         return 0
