@@ -108,7 +108,7 @@ test-cpu-%:
 # What a main-lane target needs beyond the image, made (and timed) before it starts.
 $(addprefix test-main-,test-molecule-engine): test-prep-engine-model
 $(addprefix test-main-,test-molecule-oldest): test-prep-engine-model test-prep-sglang-venv-oldest
-$(addprefix test-main-,test-molecule-consumer): test-prep-publish-venv-core-2.21
+$(addprefix test-main-,test-molecule-default): test-prep-publish-venv-core-2.21
 $(addprefix test-main-,test-drain-traffic test-drain-fast): test-prep-router-venv
 
 # The quick inner-loop tests (no containers, no torch).

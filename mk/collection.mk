@@ -1,6 +1,6 @@
 # The kdtree.fleet collection: roles/, plugins/, playbooks/, molecule/, inventory/ (docs/operations.md).
 .PHONY: demo lint-ansible test-roles-fast test-repository test-units-fast test-bake-fleet test-molecule test-molecule-default test-molecule-crash \
-	test-molecule-rollback test-molecule-operator test-molecule-batch test-molecule-faults test-molecule-consumer test-molecule-engine collection release bench-smoke bench-noop bench-fleet
+	test-molecule-rollback test-molecule-operator test-molecule-batch test-molecule-faults test-molecule-engine collection release bench-smoke bench-noop bench-fleet
 
 FLEET_LOG_DIR := $(ROOT)/.cache/fleet
 
@@ -62,24 +62,25 @@ TEST_TARGETS += test-bake-fleet
 # base is .config/molecule/config.yml. Each scenario has its own host (kdtree-mol-<scenario>) and its
 # output is printed whole when it ends. The list is the start order: default (whose kernel build the
 # later scenarios seed from) and engine (the longest) first; oldest (the real engine on the window's
-# oldest release) next, beside it. consumer: build + install the tarball,
-# deploy from a separate project.
+# oldest release) next, beside it. default also deploys as a user would, from the installed tarball in a
+# separate project (its side effect, molecule/default/consumer.yml).
 MOLECULE_JOBS ?= 2
-MOLECULE_SCENARIOS := default engine oldest crash rollback operator batch faults consumer
+MOLECULE_SCENARIOS := default engine oldest crash rollback operator batch faults
 # Every molecule scenario, MOLECULE_JOBS (2) at a time.
 test-molecule: venv collection-link testhost-image engine-model sglang-venv-oldest publish-venv-core-2.21
 	@start=$$(date +%s); $(MAKE) --no-print-directory -j$(MOLECULE_JOBS) --output-sync=target \
 	  $(MOLECULE_SCENARIOS:%=molecule-run-%); \
 	  echo "molecule: $(words $(MOLECULE_SCENARIOS)) scenarios passed in $$(( $$(date +%s) - start )) s ($(MOLECULE_JOBS) at a time)"
 
-# One molecule scenario on its own test host (default, crash, rollback, operator, batch, faults, consumer).
-test-molecule-default test-molecule-crash test-molecule-rollback test-molecule-operator test-molecule-batch \
+# One molecule scenario on its own test host (crash, rollback, operator, batch, faults).
+test-molecule-crash test-molecule-rollback test-molecule-operator test-molecule-batch \
   test-molecule-faults: test-molecule-%: venv collection-link testhost-image
 	@$(MOLECULE_RUN)
 
-# Molecule's consumer scenario: deploy from the installed tarball.
-# The consumer scenario: a user's project with ansible-core 2.21 (mk/publish.mk's core-2.21 venv).
-test-molecule-consumer: test-molecule-%: venv collection-link testhost-image publish-venv-core-2.21
+# Molecule's default scenario: check mode, deploy, idempotence, every tag, then as a user would.
+# Its side effect deploys as a user does: the tarball installed into a project of its own with
+# ansible-core 2.21 (mk/publish.mk's core-2.21 venv), a rollback to stock and a first deploy from there.
+test-molecule-default: test-molecule-%: venv collection-link testhost-image publish-venv-core-2.21
 	@$(MOLECULE_RUN)
 
 # Molecule's engine scenario: the real SGLang engine on a test host.

@@ -23,7 +23,8 @@ publish-venvs:
 publish-venv-%:
 	@scripts/publish/venv.sh $(PUB)/$* $* $(PUB_PYTHON)
 
-# The consumer scenario (molecule/consumer) deploys as a user with the newest supported release.
+# Molecule default's consumer side effect (molecule/default/consumer.yml) deploys as a user with the
+# newest supported release.
 export KDTREE_CONSUMER_VENV = $(PUB)/core-2.21
 
 # ansible-test sanity on 2.21, every test.
