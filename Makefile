@@ -61,7 +61,7 @@ TEST_TIMED = $(PYTHON) scripts/testtime.py run --log $(TEST_LOG)
 TEST_LOW := nice -n 19 ionice -c 3
 TEST_PREP := sglang-venv sglang-venv-oldest publish-venvs router-venv smg-venv sglang-wheels
 TEST_GATE := lint-fast bench-startup
-TEST_MAIN_TARGETS := test-bake-fleet test-drain-traffic test-testhosts test-roles-fast test-drain-fast test-monitoring
+TEST_MAIN_TARGETS := test-traffic-fleet test-testhosts test-roles-fast test-drain-fast test-monitoring
 TEST_MAIN = $(MOLECULE_SCENARIOS:%=test-molecule-%) $(TEST_MAIN_TARGETS)
 TEST_CPU = $(LINT_TARGETS) $(filter-out test-molecule $(TEST_MAIN) $(TEST_GATE) $(LINT_TARGETS),$(TEST_TARGETS))
 
@@ -109,7 +109,7 @@ test-cpu-%:
 $(addprefix test-main-,test-molecule-engine): test-prep-engine-model
 $(addprefix test-main-,test-molecule-oldest): test-prep-engine-model test-prep-sglang-venv-oldest
 $(addprefix test-main-,test-molecule-default): test-prep-publish-venv-core-2.21
-$(addprefix test-main-,test-drain-traffic test-drain-fast): test-prep-router-venv
+$(addprefix test-main-,test-traffic-fleet test-drain-fast): test-prep-router-venv
 
 # The quick inner-loop tests (no containers, no torch).
 test-fast: venv $(TEST_FAST_TARGETS)

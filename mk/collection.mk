@@ -1,5 +1,5 @@
 # The kdtree.fleet collection: roles/, plugins/, playbooks/, molecule/, inventory/ (docs/operations.md).
-.PHONY: demo lint-ansible test-roles-fast test-repository test-units-fast test-bake-fleet test-molecule test-molecule-default test-molecule-crash \
+.PHONY: demo lint-ansible test-roles-fast test-repository test-units-fast test-traffic-fleet test-molecule test-molecule-default test-molecule-crash \
 	test-molecule-rollback test-molecule-operator test-molecule-batch test-molecule-faults test-molecule-engine collection release bench-smoke bench-noop bench-fleet
 
 FLEET_LOG_DIR := $(ROOT)/.cache/fleet
@@ -50,13 +50,15 @@ test-repository: venv
 test-units-fast: venv
 	$(VBIN)/pytest -q tests/unit
 
-# The bake between batches on real test hosts (tests/bakefleet, docs/bake.md): three double hosts of their
-# own (kdtree-bake1..3, removed afterwards) under continuous traffic; an unchanged deploy passes, a host
-# made slower rolls its batch back (read from each host's /metrics, and again from a real Prometheus), no
-# traffic is not enough traffic, a Prometheus down refuses.
-test-bake-fleet: venv testhost-image collection-link system-deps
-	KDTREE_REQUIRE_PROMETHEUS=1 $(VBIN)/pytest -q -s tests/bakefleet
-TEST_TARGETS += test-bake-fleet
+# The drain and the bake under traffic on real test hosts, behind the real router, with Prometheus.
+# tests/trafficfleet: three double hosts of their own (kdtree-traffic1..3, removed afterwards) behind
+# sglang-router under continuous streamed traffic, scraped by a real Prometheus: a drained deploy whose
+# bake passes, a drained crash deploy rolled back, a slowed host's batch rolled back by the bake read from
+# Prometheus, a drained rollback.yml (none drops a request), and the control with the drain and the
+# router's retries off (requests fail). docs/drain.md, docs/bake.md.
+test-traffic-fleet: venv router-venv testhost-image collection-link system-deps
+	KDTREE_REQUIRE_PROMETHEUS=1 KDTREE_ROUTER_VENV=$(ROUTER_VENV) $(VBIN)/pytest -q -s tests/trafficfleet
+TEST_TARGETS += test-traffic-fleet
 
 # Molecule on real systemd hosts (podman): every scenario, MOLECULE_JOBS (2) side by side; the shared
 # base is .config/molecule/config.yml. Each scenario has its own host (kdtree-mol-<scenario>) and its

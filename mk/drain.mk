@@ -1,7 +1,7 @@
 # Drain and rejoin around restarts (issue 25): the venvs of SGLang's router and of its successor smg,
 # and the fast tests of the router client against both real routers in front of local SGLang test
 # doubles (no container).
-.PHONY: router-venv smg-venv test-drain-fast test-drain-traffic bench-drain
+.PHONY: router-venv smg-venv test-drain-fast bench-drain
 
 ROUTER_VENV := $(ROOT)/.cache/router-venv
 ROUTER_REQ := sglang-router==0.3.2
@@ -31,12 +31,3 @@ TEST_FAST_TARGETS += test-drain-fast
 # it adds per restarted host (bench/drain.py). Not part of `make bench`: it takes minutes, not seconds.
 bench-drain: venv router-venv testhost-image collection-link
 	KDTREE_ROUTER_VENV=$(ROUTER_VENV) $(VBIN)/python bench/drain.py
-
-# Zero dropped requests during restarts behind the real router.
-# Zero dropped requests on real test hosts behind the real router (tests/drainfleet): two double hosts
-# of their own (kdtree-draint1..2, removed afterwards), continuous traffic during a control rollback
-# (drain and router retries off: requests fail) and, drained, a deploy, a crash deploy and rollback.yml.
-test-drain-traffic: venv router-venv testhost-image collection-link
-	KDTREE_ROUTER_VENV=$(ROUTER_VENV) $(VBIN)/pytest -q -s tests/drainfleet
-
-TEST_TARGETS += test-drain-traffic

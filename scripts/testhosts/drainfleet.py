@@ -1,6 +1,6 @@
 """A small fleet of SGLang test-double hosts behind SGLang's real router, and one playbook run under
-continuous traffic through it (issue 25): what `make test-drain-traffic` asserts and `make bench-drain`
-prints.
+continuous traffic through it: what `make test-traffic-fleet` asserts (the drain and the bake,
+tests/trafficfleet) and `make bench-drain` prints.
 
 The hosts are test hosts of their own (scripts/testhosts/fleet.sh with a prefix and label of the
 caller's), their stock units listen on the hosts' network with the double's request log
@@ -87,8 +87,12 @@ class Fleet:
     def down(self) -> None:
         self._fleet("down")
 
-    def extra(self, run: str, drain: bool, router_url: str, key: str, tag: str) -> tuple[str, dict]:
-        """The playbook and extra vars of `run`; `tag` makes each deploy a change on every host."""
+    def extra(
+        self, run: str, drain: bool, router_url: str, key: str, tag: str, more: dict | None = None
+    ) -> tuple[str, dict]:
+        """The playbook and extra vars of `run`; `tag` makes each deploy a change on every host; `more`:
+        the caller's own extra vars over them (its kdtree_service_env_extra joins the run's)."""
+        more = dict(more or {})
         extra: dict = {"_drainfleet_workers": self.workers}
         if drain:
             extra.update(
@@ -98,22 +102,35 @@ class Fleet:
                 kdtree_drain_worker_url="{{ _drainfleet_workers[inventory_hostname] }}",
             )
         if run == "rollback":
-            return "rollback.yml", extra
-        env = {"KDTREE_DRAINFLEET_RUN": tag}
+            return "rollback.yml", {**extra, **more}
+        env = {"KDTREE_DRAINFLEET_RUN": tag, **more.pop("kdtree_service_env_extra", {})}
         if run == "crash":
             env.update(
                 SGLANG_DOUBLE_CRASH_AFTER="3",
                 SGLANG_DOUBLE_LOAD_SECONDS="10",
                 SGLANG_DOUBLE_CRASH_HOST=self.hosts[self.crash_host - 1],
             )
-        return "deploy.yml", {**extra, "kdtree_service_env_extra": env}
+        return "deploy.yml", {**extra, **more, "kdtree_service_env_extra": env}
 
-    def under_traffic(self, run: str, drain: bool, router_url: str, key: str, tag: str) -> tuple[dict, Run]:
+    def under_traffic(
+        self,
+        run: str,
+        drain: bool,
+        router_url: str,
+        key: str,
+        tag: str,
+        more: dict | None = None,
+        load_args: dict | None = None,
+        want_rc: int | None = None,
+    ) -> tuple[dict, Run]:
         """One run with continuous traffic through the router; traffic.check's figures (sent, answered,
         failed, cut, reached_while_out, per host) plus wall_s, rc and listed_at_end (the router's worker
-        URLs when the traffic stopped), and the playbook run itself."""
-        playbook, extra = self.extra(run, drain, router_url, key, tag)
-        with traffic.Traffic(router_url, threads=3) as load:
+        URLs when the traffic stopped), and the playbook run itself. `more`: extra vars over the run's
+        (Fleet.extra); `load_args`: traffic.Traffic's (default 3 threads of one-token requests);
+        `want_rc`: the exit status expected (default the run's, WANT_RC)."""
+        playbook, extra = self.extra(run, drain, router_url, key, tag, more)
+        want_rc = WANT_RC[run] if want_rc is None else want_rc
+        with traffic.Traffic(router_url, **(load_args or {"threads": 3})) as load:
             time.sleep(1)
             result = run_playbook(playbook, "gpu-hosts", extra, echo=False)
             time.sleep(1)
@@ -128,8 +145,8 @@ class Fleet:
         seen.update(
             wall_s=round(result.seconds, 1), rc=result.rc, listed_at_end=summary["changes"][-1]["listed"]
         )
-        if result.rc != WANT_RC[run]:
-            LOG.error("%s: rc=%s (want %s)\n%s", tag, result.rc, WANT_RC[run], result.text[-4000:])
+        if result.rc != want_rc:
+            LOG.error("%s: rc=%s (want %s)\n%s", tag, result.rc, want_rc, result.text[-4000:])
         return seen, result
 
 

@@ -1,4 +1,4 @@
-"""The rollout-traffic tests import the local test fleet's helpers (scripts/testhosts: drainfleet, traffic,
+"""The traffic fleet's tests import the local test fleet's helpers (scripts/testhosts: drainfleet, traffic,
 playrun), as make bench-drain does."""
 
 import sys
