@@ -119,3 +119,12 @@ test-fast: venv $(TEST_FAST_TARGETS)
 # Each fails only when the thing measured broke or missed its target. make test runs bench-startup (its
 # gate) and prints the crash figures bench-smoke measures from molecule crash, engine and batch.
 bench: bench-startup bench-smoke bench-noop bench-kernel-plan
+
+.PHONY: test-periodic
+# The periodic tier: what is too slow for every landing (before a release, and when its subject changes).
+# make bench (the crash figures on a fleet of its own, the no-op redeploy, the start-up cost, the kernel's
+# plan), the kernel's CPU emulator with long prefixes (test-kernel-cpu-full) and every mutant run afresh
+# (make test keeps those killed before); its figures go to docs/benchmarks.md with the date and the commit.
+test-periodic: bench test-kernel-cpu-full
+	@$(MAKE) --no-print-directory mutation-check MUTATION_ARGS=--fresh
+	@echo "make test-periodic: passed (bench test-kernel-cpu-full mutation-check --fresh)"

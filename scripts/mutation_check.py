@@ -15,11 +15,19 @@ edit elsewhere in the file does not move it; a pattern that matches nothing, or 
 is reported as "mutation site not found" instead of mutating the wrong line. Before the mutants,
 every selection must pass on an unmutated copy (else the run stops: a kill would mean nothing).
 Exit status 0 only when every mutant was killed.
+
+A killed mutant is remembered in the machine-level cache (scripts/devcache.py: mutation-results/) by
+the hash of its definition, the file it mutates and its selected test files with their directory's
+conftest.py; while none of them changes, later runs print it as `KILLED (kept)` without running it, and
+the baseline runs only the selections of the mutants that do run. --fresh runs every mutant (before a
+release: make test-periodic).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -31,6 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import devcache  # noqa: E402 the machine-level cache's home has one owner
+
 EXT = "files/sglang_ext"
 PKG = f"{EXT}/kdtree_verify"
 SMOKE = "plugins/module_utils/_smoke/judge.py"  # the rules of the smoke check: judge()
@@ -755,6 +766,52 @@ def last_line(output: str) -> str:
     return lines[-1] if lines else ""
 
 
+def result_key(mutant: Mutant, root: Path = ROOT) -> str:
+    """The hash of what decides a mutant's result: its definition, the file it mutates and its selected
+    test files with their directory's conftest.py (a -k expression is part of the definition)."""
+    digest = hashlib.sha256(repr(mutant).encode())
+    files = [mutant.path]
+    for arg in mutant.tests:
+        if arg.startswith("tests/"):
+            path = arg.split("::")[0]
+            files += [path, str(Path(path).parent / "conftest.py") if path.endswith(".py") else path]
+    for name in dict.fromkeys(files):
+        path = root / name
+        digest.update(name.encode() + b"\0")
+        if path.is_file():
+            digest.update(path.read_bytes())
+        elif path.is_dir():
+            for sub in sorted(path.rglob("*.py")):
+                digest.update(str(sub.relative_to(root)).encode() + b"\0" + sub.read_bytes())
+        else:
+            digest.update(b"<missing>")
+    return digest.hexdigest()[:32]
+
+
+def results_dir() -> Path:
+    return devcache.home() / "mutation-results"
+
+
+def kept(mutant: Mutant) -> bool:
+    """Was this mutant, exactly as it is now, killed before?"""
+    path = results_dir() / f"{mutant.name}-{result_key(mutant)}.json"
+    try:
+        return json.loads(path.read_text()).get("verdict") == "KILLED"
+    except (OSError, ValueError):
+        return False
+
+
+def keep(mutant: Mutant, seconds: float) -> None:
+    """Remember a killed mutant (written whole, then renamed: a reader never sees half a file)."""
+    where = results_dir()
+    where.mkdir(parents=True, exist_ok=True)
+    (where / devcache.LINKED).touch()
+    path = where / f"{mutant.name}-{result_key(mutant)}.json"
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"verdict": "KILLED", "seconds": round(seconds, 1), "at": time.time()}))
+    tmp.rename(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pytest", default=str(ROOT / ".venv" / "bin" / "pytest"))
@@ -762,14 +819,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per pytest run")
     parser.add_argument("--only", action="append", default=[], help="run only this mutant (repeatable)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary trees")
+    parser.add_argument("--fresh", action="store_true", help="run every mutant, even one killed before")
     args = parser.parse_args(argv)
-    mutants = [m for m in MUTANTS if not args.only or m.name in args.only]
+    listed = [m for m in MUTANTS if not args.only or m.name in args.only]
     unknown = set(args.only) - {m.name for m in MUTANTS}
     if unknown:
         print(f"mutation-check: unknown mutant(s): {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
+    width = max(len(m.name) for m in listed)
+    mutants = listed if args.fresh else [m for m in listed if not kept(m)]
+    for mutant in listed:
+        if mutant not in mutants:
+            print(f"{'KILLED':<9} {mutant.name:<{width}}  (kept)  {mutant.why}")
+    if not mutants:
+        print(f"mutation-check: {len(listed)}/{len(listed)} mutants killed ({len(listed)} kept)")
+        return 0
     files = tree_files(ROOT)
-    width = max(len(m.name) for m in mutants)
     work = Path(tempfile.mkdtemp(prefix="kdtree-mutation-"))
     try:
         baseline = work / "baseline"
@@ -815,10 +880,12 @@ def main(argv: list[str] | None = None) -> int:
                 mutant.why if verdict == "KILLED" else f"{mutant.why}; pytest exit {rc}: {last_line(output)}"
             )
             print(f"{verdict:<9} {mutant.name:<{width}}  {seconds:5.1f} s  {detail}", flush=True)
+            if verdict == "KILLED":
+                keep(mutant, seconds)
             if not args.keep:
                 shutil.rmtree(tree, ignore_errors=True)
-        killed = len(mutants) - failures
-        print(f"mutation-check: {killed}/{len(mutants)} mutants killed")
+        killed = len(listed) - failures
+        print(f"mutation-check: {killed}/{len(listed)} mutants killed ({len(listed) - len(mutants)} kept)")
         return 0 if failures == 0 else 1
     finally:
         if args.keep:

@@ -40,3 +40,40 @@ def test_a_region_ends_at_the_next_top_level_statement_not_at_a_split_signature(
     text = "def a(\n    x,\n):\n    return x.lower()\n\n\ndef b():\n    return 1\n"
     start, end = mc.region_span(text, "a")
     assert text[start:end].rstrip().endswith("return x.lower()")
+
+
+def _tree(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("def f():\n    return 1\n")
+    (tmp_path / "tests" / "x").mkdir(parents=True)
+    (tmp_path / "tests" / "x" / "test_f.py").write_text("def test_f():\n    pass\n")
+    (tmp_path / "tests" / "x" / "conftest.py").write_text("")
+    return mc.Mutant("m", "pkg/mod.py", "f", "1", "2", ("tests/x/test_f.py::test_f",), "f returns 2")
+
+
+def test_a_kept_result_changes_with_the_mutated_file_its_tests_their_conftest_and_its_definition(tmp_path):
+    mutant = _tree(tmp_path)
+    key = mc.result_key(mutant, tmp_path)
+    assert mc.result_key(mutant, tmp_path) == key
+    for edit in ("pkg/mod.py", "tests/x/test_f.py", "tests/x/conftest.py"):
+        path = tmp_path / edit
+        before = path.read_text()
+        path.write_text(before + "# changed\n")
+        assert mc.result_key(mutant, tmp_path) != key, edit
+        path.write_text(before)
+    assert mc.result_key(mutant, tmp_path) == key
+    other = mc.Mutant("m", "pkg/mod.py", "f", "1", "3", mutant.tests, mutant.why)
+    assert mc.result_key(other, tmp_path) != key
+
+
+def test_only_a_killed_mutant_is_kept_and_only_in_the_machine_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KDTREE_CACHE_HOME", str(tmp_path / "cache"))
+    mutant = mc.MUTANTS[0]
+    assert not mc.kept(mutant)
+    mc.keep(mutant, 1.5)
+    assert mc.kept(mutant)
+    (stored,) = (tmp_path / "cache" / "mutation-results").glob(f"{mutant.name}-*.json")
+    stored.write_text('{"verdict": "SURVIVED"}')
+    assert not mc.kept(mutant)
+    stored.write_text("{torn")
+    assert not mc.kept(mutant)
