@@ -49,9 +49,10 @@ lint: lint-fast $(LINT_TARGETS)
 # not, and kept in .cache/testtime/):
 #   gate  ruff, yamllint and the hook's start-up check (seconds): a lint error fails first;
 #   prep  the tools venv, the Debian packages and the test-host image, one after the other;
-#   main  at normal priority, TEST_JOBS (2) at a time: the molecule scenarios in MOLECULE_SCENARIOS' order
-#         (each starts as soon as what it needs exists), then the suites with wall-clock bounds or traffic
-#         (TEST_MAIN_TARGETS);
+#   main  at normal priority, TEST_JOBS (2) at a time, strictly in TEST_MAIN_ORDER: the molecule
+#         scenarios and the suites with wall-clock bounds or traffic (TEST_MAIN_TARGETS), default first,
+#         then the longest first; a target makes what it needs inside its own slot, so a prerequisite
+#         never lets a later target jump the queue;
 #   cpu   at the lowest CPU and I/O priority (nice 19, ionice idle), TEST_JOBS at a time, beside main:
 #         every other test target (TEST_TARGETS: the components' files add them), after the venvs, the
 #         model and the wheels it shares with main are made at normal priority (TEST_PREP).
@@ -62,7 +63,12 @@ TEST_LOW := nice -n 19 ionice -c 3
 TEST_PREP := sglang-venv sglang-venv-oldest publish-venvs router-venv smg-venv sglang-wheels
 TEST_GATE := lint-fast bench-startup
 TEST_MAIN_TARGETS := test-traffic-fleet test-testhosts test-roles-fast test-drain-fast test-monitoring
-TEST_MAIN = $(MOLECULE_SCENARIOS:%=test-molecule-%) $(TEST_MAIN_TARGETS)
+# the main lane's order: default first (the later double scenarios install its kernel build), then the
+# longest first; a scenario or suite missing here runs after them
+TEST_MAIN_ORDER := test-molecule-default test-molecule-engine test-traffic-fleet test-molecule-batch \
+  test-molecule-faults test-molecule-operator test-roles-fast test-molecule-rollback test-molecule-oldest \
+  test-molecule-crash test-testhosts test-drain-fast test-monitoring
+TEST_MAIN = $(TEST_MAIN_ORDER) $(filter-out $(TEST_MAIN_ORDER),$(MOLECULE_SCENARIOS:%=test-molecule-%) $(TEST_MAIN_TARGETS))
 TEST_CPU = $(LINT_TARGETS) $(filter-out test-molecule $(TEST_MAIN) $(TEST_GATE) $(LINT_TARGETS),$(TEST_TARGETS))
 
 .PHONY: lint-fast test-lane-main test-lane-cpu test-prep
@@ -105,11 +111,6 @@ test-main-%:
 test-cpu-%:
 	@$(TEST_TIMED) --lane cpu $* -- $(TEST_LOW) $(MAKE) --no-print-directory $*
 
-# What a main-lane target needs beyond the image, made (and timed) before it starts.
-$(addprefix test-main-,test-molecule-engine): test-prep-engine-model
-$(addprefix test-main-,test-molecule-oldest): test-prep-engine-model test-prep-sglang-venv-oldest
-$(addprefix test-main-,test-molecule-default): test-prep-publish-venv-core-2.21
-$(addprefix test-main-,test-traffic-fleet test-drain-fast): test-prep-router-venv
 
 # The quick inner-loop tests (no containers, no torch).
 test-fast: venv $(TEST_FAST_TARGETS)
