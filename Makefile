@@ -53,13 +53,14 @@ lint: lint-fast $(LINT_TARGETS)
 #         scenarios and the suites with wall-clock bounds or traffic (TEST_MAIN_TARGETS), default first,
 #         then the longest first; a target makes what it needs inside its own slot, so a prerequisite
 #         never lets a later target jump the queue;
-#   cpu   at the lowest CPU and I/O priority (nice 19, ionice idle), TEST_JOBS at a time, beside main:
+#   cpu   at the lowest CPU and I/O priority as a group (scripts/lowprio.sh: a control group of the lowest
+#         CPU weight, SCHED_IDLE, the idle I/O class), TEST_JOBS at a time, beside main:
 #         every other test target (TEST_TARGETS: the components' files add them), after the venvs, the
 #         model and the wheels it shares with main are made at normal priority (TEST_PREP).
 TEST_JOBS ?= 2
 TEST_LOG := $(ROOT)/.cache/testtime
 TEST_TIMED = $(PYTHON) scripts/testtime.py run --log $(TEST_LOG)
-TEST_LOW := nice -n 19 ionice -c 3
+TEST_LOW := bash scripts/lowprio.sh
 TEST_PREP := sglang-venv sglang-venv-oldest publish-venvs router-venv smg-venv sglang-wheels
 TEST_GATE := lint-fast bench-startup
 TEST_MAIN_TARGETS := test-traffic-fleet test-testhosts test-roles-fast test-drain-fast test-monitoring
