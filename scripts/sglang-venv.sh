@@ -95,7 +95,7 @@ PY
 
 # The machine-level cache's entry for this recipe (scripts/devcache.py); the clone's path links to it.
 venv=$(python3 "$here/devcache.py" link "$venv" "$(basename "$venv")" \
-  "$(printf '%s\n' "$(sha256sum "$here/sglang-venv.sh")" "$compile" "$base" "$release" | sha256sum | cut -c1-16)")
+  "$(printf '%s\n' "$(sha256sum <"$here/sglang-venv.sh")" "$compile" "$base" "$release" | sha256sum | cut -c1-16)")
 # One build at a time per venv (make -j may ask for it from several targets).
 mkdir -p "$(dirname "$venv")"
 exec 9>"$venv.lock"
