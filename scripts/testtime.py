@@ -32,14 +32,38 @@ SAMPLE_EVERY_S = 1.0
 log = logging.getLogger("testtime")
 
 
+# the CPU lane's control group (scripts/lowprio.sh): its CPU time in ns (cgroup v1 cpuacct) or us (v2)
+LOW_USAGE = (
+    (Path("/sys/fs/cgroup/cpuacct/kdtree-low/cpuacct.usage"), 1e-9),
+    (Path("/sys/fs/cgroup/kdtree-low/cpu.stat"), 1e-6),
+)
+
+
 @dataclass(frozen=True)
 class Sample:
-    """One reading of the machine: when, CPU jiffies busy and in all (since boot), the 1-minute load."""
+    """One reading of the machine: when, CPU jiffies busy and in all (since boot), the 1-minute load,
+    and the CPU seconds the CPU lane's control group used so far (None where there is none)."""
 
     t: float
     busy: int
     total: int
     load1: float
+    low_s: float | None = None
+    ncpu: int = 1
+
+
+def read_low_s() -> float | None:
+    """The CPU lane's control group's CPU seconds so far; None where it does not exist (yet)."""
+    for path, unit in LOW_USAGE:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        if path.name == "cpu.stat":
+            fields = dict(line.split() for line in text.splitlines() if len(line.split()) == 2)
+            return int(fields["usage_usec"]) * unit if "usage_usec" in fields else None
+        return int(text.strip()) * unit
+    return None
 
 
 def read_sample(stat: str, loadavg: str, t: float) -> Sample:
@@ -52,6 +76,17 @@ def read_sample(stat: str, loadavg: str, t: float) -> Sample:
             total = sum(jiffies[:8])  # guest time is already counted in user and nice
             return Sample(t=t, busy=total - idle, total=total, load1=float(loadavg.split()[0]))
     raise ValueError("/proc/stat has no aggregate cpu line")
+
+
+def low_between(samples: list[Sample], start: float, end: float) -> float | None:
+    """The CPU lane's share of the machine's CPU (0..1) over [start, end]; None without its figures."""
+    pts = [s for s in samples if s.low_s is not None]
+    before = [s for s in pts if s.t <= start] or [s for s in pts if start <= s.t <= end][:1]
+    after = [s for s in pts if s.t >= end] or [s for s in pts if start <= s.t <= end][-1:]
+    if not before or not after or after[0].t <= before[-1].t:
+        return None
+    first, last = before[-1], after[0]
+    return (last.low_s - first.low_s) / ((last.t - first.t) * last.ncpu)
 
 
 def machine_between(samples: list[Sample], start: float, end: float) -> tuple[float, float] | None:
@@ -110,6 +145,7 @@ def sample(log_dir: Path, max_s: float) -> int:
     signal.signal(signal.SIGTERM, _stop)
     while running and time.monotonic() < deadline:
         s = read_sample(Path("/proc/stat").read_text(), Path("/proc/loadavg").read_text(), time.time())
+        s = Sample(s.t, s.busy, s.total, s.load1, read_low_s(), os.cpu_count() or 1)
         _append(log_dir / SAMPLES, s.__dict__)
         time.sleep(SAMPLE_EVERY_S)
     return 0
@@ -143,13 +179,16 @@ def table(log_dir: Path) -> str:
     if not records:
         return "testtime: no target recorded"
     rows = [
-        "| target | lane | wall s | own CPU s | machine busy % | mean load | result |",
-        "|---|---|---|---|---|---|---|",
+        "| target | lane | wall s | own CPU s | machine busy % | of it the CPU lane % | mean load | result |",
+        "|---|---|---|---|---|---|---|---|",
     ]
 
     def machine(start: float, end: float) -> tuple[str, str]:
         m = machine_between(samples, start, end)
-        return ("n/a", "n/a") if m is None else (f"{100 * m[0]:.0f}", f"{m[1]:.1f}")
+        low = low_between(samples, start, end)
+        busy = "n/a" if m is None else f"{100 * m[0]:.0f}"
+        busy += " | n/a" if low is None else f" | {100 * low:.0f}"
+        return (busy, "n/a") if m is None else (busy, f"{m[1]:.1f}")
 
     t0 = records[0]["start"]
     for r in records:

@@ -63,14 +63,19 @@ def test_table_has_a_row_per_target_a_row_per_lane_and_the_whole_run(tmp_path):
         {"target": "pub", "lane": "cpu", "start": 125.0, "end": 200.0, "cpu_s": 70.0, "rc": 2},
     ]
     (tmp_path / testtime.RECORDS).write_text("".join(json.dumps(r) + "\n" for r in records))
-    samples = [{"t": 90.0 + 10 * i, "busy": 15 * i, "total": 20 * i, "load1": 2.0} for i in range(15)]
+    # 2 CPUs, 75 % busy; the CPU lane's group from t=120 on uses half a CPU (25 % of the machine)
+    samples = [
+        {"t": 90.0 + 10 * i, "busy": 15 * i, "total": 20 * i, "load1": 2.0, "ncpu": 2}
+        | ({"low_s": 5.0 * (i - 3)} if 90 + 10 * i >= 120 else {})
+        for i in range(15)
+    ]
     (tmp_path / testtime.SAMPLES).write_text("".join(json.dumps(s) + "\n" for s in samples) + "torn li\n")
     text = testtime.table(tmp_path)
     lines = text.splitlines()
-    assert lines[2].startswith("| lint | gate | 20 (at +0) | 30 | 75 | 2.0 | ok |")
-    assert "| pub | cpu | 75 (at +25) | 70 | 75 | 2.0 | FAILED (rc 2) |" in text
+    assert lines[2].startswith("| lint | gate | 20 (at +0) | 30 | 75 | n/a | 2.0 | ok |")
+    assert "| pub | cpu | 75 (at +25) | 70 | 75 | 25 | 2.0 | FAILED (rc 2) |" in text
     assert "| lane main: 1 targets | main | 100 (at +20) | 40 |" in text
-    assert lines[-1] == "| make test | all | 120 | 140 | 75 | 2.0 | |"
+    assert lines[-1] == "| make test | all | 120 | 140 | 75 | 25 | 2.0 | |"
 
 
 def test_sample_writes_until_its_bound(tmp_path, monkeypatch):
@@ -79,3 +84,13 @@ def test_sample_writes_until_its_bound(tmp_path, monkeypatch):
     samples = (tmp_path / testtime.SAMPLES).read_text().splitlines()
     assert 2 <= len(samples) <= 8
     assert (tmp_path / testtime.SAMPLER_PID).read_text().isdigit()
+
+
+def test_read_low_s_reads_the_cpu_lanes_group_in_either_cgroup_version(tmp_path, monkeypatch):
+    v1, v2 = tmp_path / "cpuacct.usage", tmp_path / "cpu.stat"
+    monkeypatch.setattr(testtime, "LOW_USAGE", ((v1, 1e-9), (v2, 1e-6)))
+    assert testtime.read_low_s() is None  # no group (yet): nothing, never zero
+    v2.write_text("usage_usec 2500000\nuser_usec 2000000\n")
+    assert testtime.read_low_s() == pytest.approx(2.5)
+    v1.write_text("3000000000\n")
+    assert testtime.read_low_s() == pytest.approx(3.0)
