@@ -39,6 +39,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <utility>
+
 #include "kdtree_verify.h"
 
 #ifndef KDTREE_ARCHS
@@ -54,10 +56,18 @@
 
 // KDTREE_CPU_EMULATION (tests/kernel/cpu_emu, g++ only) runs this source on the CPU: its header,
 // force-included, emulates the CUDA built-ins; the inline PTX and the launches below take its path.
+// KDTREE_LAUNCH_PDL(grid, block, smem, stream, kernel, args...) launches with programmatic stream
+// serialization (the kernel may start while the previous launch on the stream runs and waits for it with
+// griddepcontrol.wait: grid_dependency_wait) and returns the launch's cudaError_t.
 #ifdef KDTREE_CPU_EMULATION
 #define KDTREE_LAUNCH(grid, block, smem, stream, ...) ((void)(stream), ::kdtree_emu::launch(grid, block, smem, __VA_ARGS__))
+// The emulator runs the launches one after another: a plain launch, griddepcontrol a no-op.
+#define KDTREE_LAUNCH_PDL(grid, block, smem, stream, kernel, ...) \
+  (KDTREE_LAUNCH(grid, block, smem, stream, kernel)(__VA_ARGS__), cudaSuccess)
 #else
 #define KDTREE_LAUNCH(grid, block, smem, stream, ...) __VA_ARGS__<<<grid, block, smem, stream>>>
+#define KDTREE_LAUNCH_PDL(grid, block, smem, stream, kernel, ...) \
+  ::kdtree::launch_pdl(grid, block, smem, stream, kernel, __VA_ARGS__)
 #endif
 
 #define KDTREE_STR2(x) #x
@@ -183,6 +193,22 @@ __device__ __forceinline__ float quad_max(float v) {
 __device__ __forceinline__ float quad_sum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1);
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Programmatic dependent launch (sm_90 and later; every arch this library builds): the main kernel lets the
+// combine start early (grid_dependents_launch), the combine waits for the main kernel's completion and
+// memory (grid_dependency_wait) before it reads the workspace. No-ops on the CPU emulator, which runs the
+// launches one after another.
+__device__ __forceinline__ void grid_dependents_launch() {
+#if !defined(KDTREE_CPU_EMULATION) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void grid_dependency_wait() {
+#if !defined(KDTREE_CPU_EMULATION) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -724,24 +750,56 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
     attend<Kv, BM_>(a, smem, q, mb, lo, hi, slot);
 #endif
   }
+  grid_dependents_launch();  // this CTA's partials are written: the combine may be scheduled (PDL)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Combine: grid (m_blocks * BM, batch); one CTA of 128 threads per (request, row), thread k owns
-// dims 4k..4k+3. Merges the partials of the units that covered the request (the plan CTA (0, 0) of the
-// main kernel wrote: C_r, C_{r+1}, C_batch and the used units), slot segment_slot(u, C_r, ...) for unit u.
+// Combine (ABI 6): grid (m_blocks * BM, batch), one CTA of COMBINE_WARPS warps per (request, row). Merges
+// the partials of the units that covered the request (the plan CTA (0, 0) of the main kernel wrote: C_r,
+// C_{r+1}, C_batch and the used units), slot segment_slot(u, C_r, ...) for unit u, in three steps with
+// no load behind a branch on a value just loaded:
+//   1. thread i loads the lse of the request's unit i (all at once); warp shuffles and one shared-memory
+//      exchange give the max and the weights 2^(lse - max) (a unit without keys: lse -inf, weight 0);
+//   2. warp w takes the units i = w, w + COMBINE_WARPS, ..., COMBINE_UNROLL of them at a time, lane l
+//      the dims 16 l .. 16 l + 15 (4 float4 loads per unit): weight x partial, a zero weight multiplies;
+//   3. the warps' sums meet in shared memory and 128 threads write 4 dims each.
+// Launched with programmatic dependent launch (launch_pdl): it may start while the main kernel runs and
+// waits (grid_dependency_wait) before it reads the workspace.
 
-constexpr int COMBINE_THREADS = DV / 4;
-static_assert(COMBINE_THREADS == 128, "combine: 4 dims per thread");
+constexpr int COMBINE_WARPS = 16;
+constexpr int COMBINE_THREADS = COMBINE_WARPS * 32;
+constexpr int COMBINE_UNROLL = 4;          // units whose partials a lane has in flight at once
+constexpr int COMBINE_LANE_DIMS = DV / 32;  // 16 dims = 4 float4 per lane and unit
+constexpr int COMBINE_SMEM_BYTES = (COMBINE_THREADS + 2 * COMBINE_WARPS + COMBINE_WARPS * DV) * 4;
+static_assert(KDTREE_MAX_SPLITS <= COMBINE_THREADS, "combine: one unit's lse per thread");
+static_assert(COMBINE_LANE_DIMS == 16 && DV / 4 <= COMBINE_THREADS, "combine: lane and output dims");
+static_assert(COMBINE_SMEM_BYTES <= 48 * 1024, "combine: within the default dynamic shared memory");
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
 
 template <int BM>
 __global__ void __launch_bounds__(COMBINE_THREADS) combine_kernel(const kdtree_verify_args a) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  float* sW = reinterpret_cast<float*>(smem);          // [COMBINE_THREADS] unit weights
+  float* sRed = sW + COMBINE_THREADS;                   // [2][COMBINE_WARPS] per-warp max, then sum
+  float* sAcc = sRed + 2 * COMBINE_WARPS;               // [COMBINE_WARPS][DV] per-warp partial sums
   const int H = a.num_heads;
   const int m_blocks = gridDim.x / BM;
   const int mb = blockIdx.x / BM;
   const int lrow = blockIdx.x % BM;
   const int r = blockIdx.y;
   const int B = a.batch_size;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int64_t qo0 = load_index(a.qo_indptr, a.qo_indptr_i64, r);
   const int n = static_cast<int>(load_index(a.qo_indptr, a.qo_indptr_i64, r + 1) - qo0);
   const int grow = mb * BM + lrow;
@@ -752,6 +810,7 @@ __global__ void __launch_bounds__(COMBINE_THREADS) combine_kernel(const kdtree_v
   const int64_t prefix_len = load_index(a.kv_indptr, a.kv_indptr_i64, r + 1) - load_index(a.kv_indptr, a.kv_indptr_i64, r);
   if (prefix_len < 0) return;  // the main kernel skipped this request too
 
+  grid_dependency_wait();  // the main kernel's partials and plan are complete and visible
   const int64_t ws_rows = workspace_slots(a.num_splits) * m_blocks * BM;
   const float* ws_o = static_cast<const float*>(a.workspace);
   const float* ws_lse = ws_o + ws_rows * DV;
@@ -760,34 +819,99 @@ __global__ void __launch_bounds__(COMBINE_THREADS) combine_kernel(const kdtree_v
   // c_next > c_r + SEGMENT_COST: n > 0, prefix_len >= 0, so the request has a tile
   const int64_t u0 = unit_of(c_r + SEGMENT_COST, total, used), u1 = unit_of(c_next - 1, total, used);
   if (u0 == u1) return;  // one unit held the request whole and wrote `out` itself
-  // Row of unit u: (slot * m_blocks + mb) * BM + lrow, slot = segment_slot(u, c_r, total, used): only the
-  // first unit can hold the request as its last segment, every later one holds it first (slot 2u).
+  const int k = static_cast<int>(u1 - u0 + 1);  // <= used <= KDTREE_MAX_SPLITS
+  // Row of unit u0 + i: (segment_slot(u0 + i, c_r, total, used) * m_blocks + mb) * BM + lrow.
+  // Only the first unit can hold the request as its last segment: every later unit u holds it first, 2u.
   const int64_t slot_stride = static_cast<int64_t>(m_blocks) * BM;
   const int64_t R0 = static_cast<int64_t>(mb) * BM + lrow;
   const int64_t slot0 = segment_slot(u0, c_r, total, used);
 
-  float mx = -INFINITY;
-  for (int64_t u = u0; u <= u1; ++u) mx = fmaxf(mx, ws_lse[R0 + (u == u0 ? slot0 : 2 * u) * slot_stride]);
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  float wsum = 0.f;
-  if (mx != -INFINITY) {
-    for (int64_t u = u0; u <= u1; ++u) {
-      const int64_t R = R0 + (u == u0 ? slot0 : 2 * u) * slot_stride;
-      const float w = exp2f(ws_lse[R] - mx);  // empty partials (-inf) add nothing
-      if (w == 0.f) continue;
-      const float4 v = reinterpret_cast<const float4*>(ws_o + R * DV)[threadIdx.x];
-      acc.x += w * v.x;
-      acc.y += w * v.y;
-      acc.z += w * v.z;
-      acc.w += w * v.w;
-      wsum += w;
+  // ---- 1. every unit's lse at once; max and weights ----
+  float lse = -INFINITY;
+  if (tid < k) lse = ws_lse[R0 + (tid == 0 ? slot0 : 2 * (u0 + tid)) * slot_stride];
+  const float wmax = warp_max(lse);
+  if (lane == 0) sRed[warp] = wmax;
+  __syncthreads();
+  float mx = sRed[0];
+#pragma unroll
+  for (int w = 1; w < COMBINE_WARPS; ++w) mx = fmaxf(mx, sRed[w]);
+  const float weight = lse == -INFINITY ? 0.f : exp2f(lse - mx);  // empty partials (-inf) add nothing
+  const float wsum_warp = warp_sum(weight);
+  if (tid < k) sW[tid] = weight;
+  if (lane == 0) sRed[COMBINE_WARPS + warp] = wsum_warp;
+  __syncthreads();
+
+  // ---- 2. weight x partial: warp w's units, COMBINE_UNROLL at a time, 4 float4 per lane each ----
+  float4 acc[4];
+#pragma unroll
+  for (int d = 0; d < 4; ++d) acc[d] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int i0 = warp; i0 < k; i0 += COMBINE_WARPS * COMBINE_UNROLL) {
+    float4 v[COMBINE_UNROLL][4];
+    float wt[COMBINE_UNROLL];
+#pragma unroll
+    for (int j = 0; j < COMBINE_UNROLL; ++j) {
+      const int i = i0 + j * COMBINE_WARPS;
+      const int ii = i < k ? i : 0;  // past the units: unit 0 again, with weight 0
+      wt[j] = i < k ? sW[ii] : 0.f;
+      const int64_t R = R0 + (ii == 0 ? slot0 : 2 * (u0 + ii)) * slot_stride;
+      const float4* src = reinterpret_cast<const float4*>(ws_o + R * DV) + lane * (COMBINE_LANE_DIMS / 4);
+#pragma unroll
+      for (int d = 0; d < 4; ++d) v[j][d] = src[d];
+    }
+#pragma unroll
+    for (int j = 0; j < COMBINE_UNROLL; ++j) {
+#pragma unroll
+      for (int d = 0; d < 4; ++d) {
+        acc[d].x += wt[j] * v[j][d].x;
+        acc[d].y += wt[j] * v[j][d].y;
+        acc[d].z += wt[j] * v[j][d].z;
+        acc[d].w += wt[j] * v[j][d].w;
+      }
     }
   }
-  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out) + t * a.out_stride_t + h * a.out_stride_h;
-  const uint2 packed = make_uint2(pack_bf16x2(acc.x * inv, acc.y * inv), pack_bf16x2(acc.z * inv, acc.w * inv));
-  reinterpret_cast<uint2*>(out)[threadIdx.x] = packed;
+#pragma unroll
+  for (int d = 0; d < 4; ++d)
+    reinterpret_cast<float4*>(sAcc + warp * DV + lane * COMBINE_LANE_DIMS)[d] = acc[d];
+  __syncthreads();
+
+  // ---- 3. the warps' sums, 4 dims per thread ----
+  if (tid < DV / 4) {
+    float wsum = 0.f;
+#pragma unroll
+    for (int w = 0; w < COMBINE_WARPS; ++w) wsum += sRed[COMBINE_WARPS + w];
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int w = 0; w < COMBINE_WARPS; ++w) {
+      const float4 p = reinterpret_cast<const float4*>(sAcc + w * DV)[tid];
+      o.x += p.x;
+      o.y += p.y;
+      o.z += p.z;
+      o.w += p.w;
+    }
+    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out) + t * a.out_stride_t + h * a.out_stride_h;
+    const uint2 packed = make_uint2(pack_bf16x2(o.x * inv, o.y * inv), pack_bf16x2(o.z * inv, o.w * inv));
+    reinterpret_cast<uint2*>(out)[tid] = packed;
+  }
 }
+
+#ifndef KDTREE_CPU_EMULATION
+// cudaLaunchKernelEx with programmatic stream serialization (KDTREE_LAUNCH_PDL).
+template <class... P, class... A>
+cudaError_t launch_pdl(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, void (*kernel)(P...), A&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
+#endif
 
 }  // namespace kdtree
 
@@ -990,12 +1114,14 @@ KDTREE_EXPORT int kdtree_verify_run(const kdtree_verify_args* a, void* stream) {
     KDTREE_LAUNCH(grid, T, S32, s, kdtree::verify_attn_kernel<kdtree::KvBf16, M32>)(*a);
   else
     KDTREE_LAUNCH(grid, T, S32, s, kdtree::verify_attn_kernel<kdtree::KvFp8, M32>)(*a);
+  cudaError_t combined = cudaSuccess;
   if (a->num_splits > 1) {
     const dim3 cgrid(static_cast<unsigned>(m_blocks * bm), static_cast<unsigned>(a->batch_size));
+    constexpr int CT = kdtree::COMBINE_THREADS, CS = kdtree::COMBINE_SMEM_BYTES;
     if (bm == M64)
-      KDTREE_LAUNCH(cgrid, kdtree::COMBINE_THREADS, 0, s, kdtree::combine_kernel<M64>)(*a);
+      combined = KDTREE_LAUNCH_PDL(cgrid, CT, CS, s, kdtree::combine_kernel<M64>, *a);
     else
-      KDTREE_LAUNCH(cgrid, kdtree::COMBINE_THREADS, 0, s, kdtree::combine_kernel<M32>)(*a);
+      combined = KDTREE_LAUNCH_PDL(cgrid, CT, CS, s, kdtree::combine_kernel<M32>, *a);
   }
-  return cudaGetLastError() == cudaSuccess ? KDTREE_OK : KDTREE_ERR_LAUNCH;
+  return cudaGetLastError() == cudaSuccess && combined == cudaSuccess ? KDTREE_OK : KDTREE_ERR_LAUNCH;
 }
