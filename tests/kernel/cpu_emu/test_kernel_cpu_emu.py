@@ -227,6 +227,39 @@ def test_a_needle_on_both_sides_of_every_unit_boundary_is_seen(emu, sms):
     assert problem_of(out, ref, n) is None
 
 
+def test_the_model_prices_each_counted_event_with_the_pinned_constants(emu):
+    """bench/kernel_model.py: b = 1, 1k keys, H*n = 32 on 132 SMs is 33 tiles of 32 keys, one per unit
+    (after the first unit's segment cost), 33 units to combine in 2 dependent rounds: 8 + 3.0 + 2 x 0.2 us."""
+    import kernel_model as km
+
+    assert km.PINNED == km.Constants(t_fixed_us=8.0, t_tile_us={64: 2.5, 32: 3.0}, t_split_us=0.2)
+    p = km.predict(emu.vk, [1024], 4, 8, 132)
+    assert (p.units, p.busiest_tiles, p.busiest_segments, p.combine_units) == (132, 1, 1, 33)
+    assert (p.ctas_with_work, p.ctas_usable) == (33, 33)
+    assert p.us == pytest.approx(8.0 + 3.0 + 2 * 0.2)
+    assert [km.combine_steps(k) for k in (1, 2, 33, 132, 188)] == [0, 2, 2, 4, 4]
+    # 133 one-tile requests (64 rows) on 132 units: a unit that visits a second request pays its segment
+    # cost, one tile more; no request is cut, so no combine
+    two = km.predict(emu.vk, [12] * 133, 4, 16, 132)
+    assert (two.busiest_tiles, two.busiest_segments, two.combine_units) == (2, 2, 1)
+    assert two.us == pytest.approx(8.0 + (2 + 1) * 2.5)
+
+
+def test_the_model_target_fails_a_missed_goal_and_passes_the_goals_today(emu, monkeypatch, capsys):
+    """kernel_model.run: no goal missed with today's plan and combine (one known miss printed), and the
+    combine goal missed with ABI 5's serial combine (one dependent step per unit)."""
+    import kernel_model as km
+
+    assert km.run(emu.vk) == []
+    assert "KNOWN MISS" in capsys.readouterr().out
+    monkeypatch.setattr(km, "combine_steps", lambda k: k if k > 1 else 0)
+    monkeypatch.setattr(km, "goal_shapes", lambda: [])
+    missed = km.run(emu.vk)
+    assert any("combine at 132 units" in m for m in missed) and any(
+        "combine at 188 units" in m for m in missed
+    )
+
+
 # (what it breaks, the source text, its broken form)
 PARTITION_MUTANTS = [
     (
