@@ -663,8 +663,10 @@ MUTANTS = (
         "c++:unit_start",
         r"u \* total / used;",
         "(u * total + used - 1) / used;",
-        (f"{CPU_EMU}[splits3-bm32]", f"{CPU_EMU}[partition-mixed-bm32]"),
-        "the units' first positions round up while unit_of inverts a floor: the combine merges wrong units",
+        (
+            f"{CPU_EMU_TESTS}::test_the_partition_is_the_wave_filling_plan_and_no_unit_costs_more_than_its_share",
+        ),
+        "the units' first positions round up: the plan is not the even cut of the batch's cost it defines",
         torch=True,
     ),
     Mutant(
