@@ -519,18 +519,17 @@ def plan(shapes: list[tuple[int, int, int, int]], args: argparse.Namespace) -> i
         print("balance: not computed (no --lib)")
     else:
         print(
-            f"balance: busiest SM's key tiles / the even share on {kernel_plan.DEFAULT_SMS} SMs "
-            "(bench/kernel_plan.py; the library's kdtree_verify_partition; 1.00 = even); "
-            "abi4_balance: the same call under ABI 4's per-request splits"
+            f"balance: busiest SM's key tiles / the even share on all {kernel_plan.DEFAULT_SMS} SMs "
+            "(bench/kernel_plan.py; the library's kdtree_verify_partition; 1.00 = even)"
         )
 
     def balance_text(prefixes: list[int], n: int, heads: int) -> str:
         if vk is None:
             return ""
-        before, b = kernel_plan.plan_balances(vk, prefixes, n, heads, kv_name, block_m=args.block_m)
+        b = kernel_plan.plan_balance(vk, prefixes, n, heads, kv_name, block_m=args.block_m)
         return (
-            f" splits={b.num_splits} balance={b.ratio:.2f} (busiest {b.makespan_tiles} tiles, "
-            f"share {b.share_tiles:.1f}, segments<={b.most_segments}) abi4_balance={before.ratio:.2f}"
+            f" units={b.num_splits} balance={b.ratio:.2f} (busiest {b.makespan_tiles} tiles, "
+            f"share {b.share_tiles:.1f}, segments<={b.most_segments})"
         )
 
     for heads, batch, n, prefix in shapes:

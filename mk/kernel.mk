@@ -1,6 +1,6 @@
 # Kernel track: the CUDA verify-attention library (files/csrc), its binding's tests, benchmark, GPU check.
 .PHONY: build-kernel test-kernel test-kernel-fast bench-kernel gpu-check gpu-rehearsal hostlib test-kernel-cpu \
-  test-kernel-cpu-full bench-kernel-plan
+  test-kernel-cpu-full bench-kernel-plan bench-kernel-model
 
 # The supported arches come from build.sh, the one owner of the compute capability -> arch map.
 KERNEL_BUILD_SH := $(ROOT)/files/csrc/build.sh
@@ -59,6 +59,14 @@ bench-kernel-plan: venv sglang-venv
 	$(KERNEL_PY) $(ROOT)/bench/kernel_bench.py --plan --lib $(ROOT)/build/cpu-emu-plan/libkdtree_verify.so \
 	  | grep -E "^(plan|balance|triton)"
 
+# The kernel's time model on the CPU: predicted warm us and % of copy against the goals.
+# bench/kernel_model.py with the CPU emulator's build of the kernel source: the library's own plan for the
+# goal shapes on 132 and 188 SMs, priced with the pinned H200 constants (T_fixed, t_tile, t_split);
+# prints predicted warm us and % of copy bandwidth, fails when a goal is missed (seconds; in make test).
+bench-kernel-model: venv sglang-venv
+	@bash $(ROOT)/tests/kernel/cpu_emu/build.sh --out $(ROOT)/build/cpu-emu-model --lib-only
+	$(KERNEL_PY) $(ROOT)/bench/kernel_model.py --lib $(ROOT)/build/cpu-emu-model/libkdtree_verify.so
+
 # Quick kernel subset (< 1 min, no torch).
 # Quick subset (< 1 min, no torch): library tests for every arch (rebuilds only if sources changed), the
 # arch-map agreement test, and gpu-check's budget and tier logic (bench/gpu_check.py).
@@ -86,5 +94,5 @@ GPU_REHEARSAL_VENV := $(ROOT)/.cache/gpu-rehearsal-venv
 gpu-rehearsal:
 	bash scripts/gpu-rehearsal.sh $(GPU_REHEARSAL_VENV)
 
-TEST_TARGETS += test-kernel test-kernel-cpu
+TEST_TARGETS += test-kernel test-kernel-cpu bench-kernel-model
 TEST_FAST_TARGETS += test-kernel-fast

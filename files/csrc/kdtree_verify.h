@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define KDTREE_VERIFY_ABI_VERSION 5
+#define KDTREE_VERIFY_ABI_VERSION 6
 
 #define KDTREE_HEAD_DIM 576 /* 512 latent + 64 rope */
 #define KDTREE_V_DIM 512
@@ -20,10 +20,12 @@ extern "C" {
 /* The small layout, chosen when num_heads * max_extend_len <= KDTREE_BLOCK_M_SMALL (H=8, n=4): */
 #define KDTREE_BLOCK_M_SMALL 32
 #define KDTREE_BLOCK_N_SMALL 32
-#define KDTREE_MIN_SPLIT_TILES 4 /* a split of one request covers at least this many tiles (64 keys) */
-/* A split's fp32 partial output (written, then read by the combine) costs at most 1/KDTREE_PARTIAL_DEN of
-   the KV bytes the split reads: see kdtree_verify_min_split_tiles. */
-#define KDTREE_PARTIAL_DEN 4
+/* The wave-filling partition (ABI 6): a work unit's chunk of the batch is at least this many tiles of the
+   layout (no partial-bytes floor: the fp32 partials of at most 2 x SMs units stay in L2). */
+#define KDTREE_MIN_SPLIT_TILES 1
+/* The plan's per-segment cost, in tiles of the layout: a unit that visits a request pays its prologue (Q load,
+   index ring, first gather) about as much as one tile, so each request costs its tiles + this. */
+#define KDTREE_SEGMENT_COST_TILES 1
 #define KDTREE_MAX_SPLITS 256
 
 enum kdtree_verify_status {
@@ -79,8 +81,9 @@ typedef struct kdtree_verify_args {
   int32_t num_heads;
   int32_t max_extend_len;  /* host-known upper bound of any request's draft length */
   int32_t num_tokens;      /* T = q.shape[0] (capacity; valid rows come from qo_indptr) */
-  int32_t num_splits;      /* from kdtree_verify_num_splits; > 1: the batch's key tiles are shared evenly by
-                              num_splits * batch_size work units (ABI 5, kdtree_verify_partition) */
+  int32_t num_splits;      /* work units, from kdtree_verify_num_splits (ABI 6: floor(SMs / m_blocks) for
+                              every batch): the batch's key tiles are shared evenly by num_splits units
+                              (kdtree_verify_partition); 1: one unit runs every request whole */
   int32_t mask_mode;       /* enum kdtree_mask_mode */
   float sm_scale;
   float k_scale;           /* prefix scores q.k are multiplied by it (SGLang's k_descale; 1.0 = none) */
@@ -104,11 +107,11 @@ const char* kdtree_verify_build_info(void);
 int kdtree_verify_capabilities(uint32_t* io_dtypes, uint32_t* kv_dtypes, uint32_t* devices);
 /* Set the kernels' dynamic shared-memory attribute on `device` (call once, outside graph capture). */
 int kdtree_verify_prepare(int device);
-/* Split-KV count from host-known maxima only (never reads device memory): at most one wave of CTAs
-   (batch * m_blocks * splits <= num_sms when splits > 1), and no split shorter than
-   kdtree_verify_min_split_tiles tiles of the longest possible request. With splits > 1 the kernel
-   shares the whole batch's key tiles evenly among splits * batch work units, planned on the device
-   from kv_indptr / qo_indptr at every run (ABI 5; kdtree_verify_partition shows the plan). */
+/* Work units from host-known maxima only (never reads device memory), ABI 6: floor(num_sms / m_blocks)
+   for every batch size (one wave of (m_blocks, units) CTAs), at most KDTREE_MAX_SPLITS, at least 1.
+   The kernel shares the whole batch's key tiles among them, planned on the device from kv_indptr /
+   qo_indptr at every run (kdtree_verify_partition shows the plan). max_kv_len and kv_dtype are not
+   read (kept for the signature). */
 int kdtree_verify_num_splits(int num_sms, int batch_size, int num_heads, int max_extend_len,
                              int64_t max_kv_len, int kv_dtype);
 /* Rows per CTA the library launches for this shape: KDTREE_BLOCK_M_SMALL when
@@ -116,25 +119,23 @@ int kdtree_verify_num_splits(int num_sms, int batch_size, int num_heads, int max
    -1 for a hint it cannot honour. Its key tile is kdtree_verify_block_n(block_m) keys. */
 int kdtree_verify_block_m(int num_heads, int max_extend_len, int hint);
 int kdtree_verify_block_n(int block_m);
-/* Fewest key tiles per split, in KDTREE_BLOCK_N-key tiles (the small layout rounds it up to its
-   own tiles): the split's partial output (rows x (512+1) fp32, written and read once) stays
-   <= 1/KDTREE_PARTIAL_DEN of its KV bytes; at least KDTREE_MIN_SPLIT_TILES. */
+/* Fewest key tiles of a unit's chunk, in KDTREE_BLOCK_N-key tiles: KDTREE_MIN_SPLIT_TILES whatever the
+   shape (ABI 6; the arguments are not read). */
 int kdtree_verify_min_split_tiles(int num_heads, int max_extend_len, int kv_dtype);
 /* Workspace bytes for the combine step (0 when num_splits == 1); independent of the token count:
-   (splits * batch + batch) * m_blocks * 64 rows of 512 + 1 fp32 (partial outputs and log-sum-exps),
-   then batch + 2 int64 (the plan the combine reads). */
+   2 slots per unit (its first and last segment) x m_blocks x 64 rows of 512 + 1 fp32 (partial outputs
+   and log-sum-exps), then batch + 2 int64 (the plan the combine reads). */
 int64_t kdtree_verify_workspace_bytes(int batch_size, int num_heads, int max_extend_len, int num_splits);
 /* Upper bound of kdtree_verify_workspace_bytes over every shape on a GPU with num_sms SMs, when
-   num_splits comes from kdtree_verify_num_splits: 2 * num_sms * 64 rows of 513 fp32 plus num_sms + 1
-   int64. Allocate it once, never grow (graph-safe). */
+   num_splits comes from kdtree_verify_num_splits (units x m_blocks <= num_sms) and batch_size <= 65535:
+   2 * num_sms * 64 rows of 513 fp32 plus 65537 int64. Allocate it once, never grow (graph-safe). */
 int64_t kdtree_verify_max_workspace_bytes(int num_sms);
-/* The work plan kdtree_verify_run launches for these lengths (ABI 5), computed on the host by the same
+/* The work plan kdtree_verify_run launches for these lengths (ABI 6), computed on the host by the same
    functions the kernel plans with; reads host memory only. prefix_lens / draft_lens: batch_size
-   entries; unit_tiles / unit_segments: num_splits * batch_size entries, set to the key tiles (of the
-   layout's kdtree_verify_block_n keys) work unit u = blockIdx.z * num_splits + blockIdx.y processes in
-   each of its m-blocks, and the requests it visits; *min_unit_tiles to the fewest tiles a unit takes
-   when it can (kdtree_verify_min_split_tiles in the layout's tiles). Returns the batch's total tiles,
-   -1 for bad arguments. */
+   entries; unit_tiles / unit_segments: num_splits entries, set to the key tiles (of the layout's
+   kdtree_verify_block_n keys) work unit u = blockIdx.y processes in each of its m-blocks, and the
+   requests it visits; *min_unit_tiles to the fewest tiles of a unit's chunk (kdtree_verify_min_split_tiles
+   in the layout's tiles). Returns the batch's total tiles, -1 for bad arguments. */
 int64_t kdtree_verify_partition(int batch_size, int num_heads, int max_extend_len, int num_splits, int kv_dtype,
                                 int block_m, const int64_t* prefix_lens, const int32_t* draft_lens,
                                 int64_t* unit_tiles, int32_t* unit_segments, int64_t* min_unit_tiles);

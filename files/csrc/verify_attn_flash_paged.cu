@@ -39,6 +39,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <utility>
+
 #include "kdtree_verify.h"
 
 #ifndef KDTREE_ARCHS
@@ -54,10 +56,18 @@
 
 // KDTREE_CPU_EMULATION (tests/kernel/cpu_emu, g++ only) runs this source on the CPU: its header,
 // force-included, emulates the CUDA built-ins; the inline PTX and the launches below take its path.
+// KDTREE_LAUNCH_PDL(grid, block, smem, stream, kernel, args...) launches with programmatic stream
+// serialization (the kernel may start while the previous launch on the stream runs and waits for it with
+// griddepcontrol.wait: grid_dependency_wait) and returns the launch's cudaError_t.
 #ifdef KDTREE_CPU_EMULATION
 #define KDTREE_LAUNCH(grid, block, smem, stream, ...) ((void)(stream), ::kdtree_emu::launch(grid, block, smem, __VA_ARGS__))
+// The emulator runs the launches one after another: a plain launch, griddepcontrol a no-op.
+#define KDTREE_LAUNCH_PDL(grid, block, smem, stream, kernel, ...) \
+  (KDTREE_LAUNCH(grid, block, smem, stream, kernel)(__VA_ARGS__), cudaSuccess)
 #else
 #define KDTREE_LAUNCH(grid, block, smem, stream, ...) __VA_ARGS__<<<grid, block, smem, stream>>>
+#define KDTREE_LAUNCH_PDL(grid, block, smem, stream, kernel, ...) \
+  ::kdtree::launch_pdl(grid, block, smem, stream, kernel, __VA_ARGS__)
 #endif
 
 #define KDTREE_STR2(x) #x
@@ -185,6 +195,22 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// Programmatic dependent launch (sm_90 and later; every arch this library builds): the main kernel lets the
+// combine start early (grid_dependents_launch), the combine waits for the main kernel's completion and
+// memory (grid_dependency_wait) before it reads the workspace. No-ops on the CPU emulator, which runs the
+// launches one after another.
+__device__ __forceinline__ void grid_dependents_launch() {
+#if !defined(KDTREE_CPU_EMULATION) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void grid_dependency_wait() {
+#if !defined(KDTREE_CPU_EMULATION) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------
 // KV cache element types. A prefix tile is fetched as 16-byte chunks into registers one tile ahead
 // (the loads are in flight while the current tile is computed) and converted to bf16 into sK, unscaled
@@ -270,34 +296,54 @@ __device__ __forceinline__ void copy_draft_rows(__nv_bfloat16* sK, const void* s
 }
 
 // ---------------------------------------------------------------------------------------------
-// Work partition (ABI 5): one owner of the arithmetic for the kernel, the combine and the host's
+// Work partition (ABI 6): one owner of the arithmetic for the kernel, the combine and the host's
 // kdtree_verify_partition.
 //
-// num_splits == 1: CTA (mb, 0, r) runs request r whole and writes `out` (no workspace).
-// num_splits > 1: the batch's key tiles, request after request (request r has request_tiles(prefix_r,
-//   n_r, BN) tiles; T_r tiles come before it), form one sequence of `total` tiles. Work unit
-//   u = blockIdx.z * num_splits + blockIdx.y of the units = num_splits * batch takes tiles
-//   [u * chunk, (u + 1) * chunk), chunk = split_chunk(total, units, min tiles): a long request spans
-//   several units, a unit may visit several short requests (one segment each), and the longest unit
-//   has at most `chunk` tiles whatever the mix of lengths. Every CTA plans from qo_indptr / kv_indptr
-//   on the device (two block-wide scans over the batch), so the grid comes from host maxima only and a
-//   CUDA-graph replay with new lengths is planned anew. A request one unit holds whole is written to
-//   `out` directly; segment (u, r) of a request cut between units writes its partial output to
-//   workspace slot u + r: from one segment to the next u or r (or both) grows, so u + r is unique and
-//   below units + batch. CTA (0, 0, 0) also writes the plan (T_0..T_batch, chunk) after the partials
-//   for the combine, which merges request r's slots u + r for u in [T_r / chunk, (T_{r+1} - 1) / chunk]
-//   when that range has more than one unit.
+// Grid (m_blocks, units): units = kdtree_verify_num_splits = floor(SMs / m_blocks) for every batch size,
+// so one wave fills the GPU whatever the batch. The batch's requests, one after another, form one
+// sequence of cost positions: request r costs its request_tiles(prefix_r, n_r, BN) tiles plus
+// SEGMENT_COST (its prologue: Q load, index ring, first gather, about one tile), C_r positions come
+// before it, and its tile k sits at position C_r + SEGMENT_COST + k. The total cost is spread evenly over
+// `used` = used_units(total, units, KDTREE_MIN_SPLIT_TILES) units: unit u = blockIdx.y takes the positions
+// [unit_start(u), unit_start(u + 1)), floor(u * total / used) on, so every used unit has work and none more
+// than ceil(total / used) positions: a long request spans several units, a unit may visit several short
+// requests (one segment each), and no unit costs more than ceil(total / used) + SEGMENT_COST tiles
+// whatever the mix of lengths. Every CTA plans from
+// qo_indptr / kv_indptr on the device (a block-wide scan over the batch), so the grid comes from host
+// maxima only and a CUDA-graph replay with new lengths is planned anew. A request one unit holds whole
+// is written to `out` directly; a unit's other segments are its first (slot 2u) and its last (slot
+// 2u + 1): every segment between them is a whole request. With more than one unit, CTA (0, 0) also
+// writes the plan (C_0..C_batch, used) after the partials for the combine, which merges request r's
+// slots for u in [unit_of(C_r + SEGMENT_COST), unit_of(C_{r+1} - 1)] when that range has more than one
+// unit (segment_slot).
+
+constexpr int SEGMENT_COST = KDTREE_SEGMENT_COST_TILES;
 
 __host__ __device__ __forceinline__ int64_t request_tiles(int64_t prefix_len, int64_t n, int bn) {
   return (n <= 0 || prefix_len < 0) ? 0 : (prefix_len + n + bn - 1) / bn;
 }
 
-// Tiles per work unit: the batch's tiles spread evenly over the units, but never fewer than min_tiles
-// (kdtree_verify_min_split_tiles in this layout's tiles: a partial output stays a small part of the
-// traffic of the keys it covers).
-__host__ __device__ __forceinline__ int64_t split_chunk(int64_t total, int64_t units, int64_t min_tiles) {
-  const int64_t even = units > 0 ? (total + units - 1) / units : total;
-  return even > min_tiles ? even : (min_tiles > 0 ? min_tiles : 1);
+// A request's cost positions: its tiles and its segment cost (an empty request costs nothing).
+__host__ __device__ __forceinline__ int64_t request_cost(int64_t tiles) {
+  return tiles > 0 ? tiles + SEGMENT_COST : 0;
+}
+
+// The units the batch's cost is spread over: every unit, or fewer when the batch has fewer than
+// min_tiles positions per unit (at least 1).
+__host__ __device__ __forceinline__ int64_t used_units(int64_t total, int64_t units, int64_t min_tiles) {
+  const int64_t by_cost = total / (min_tiles > 0 ? min_tiles : 1);
+  const int64_t used = by_cost < units ? by_cost : units;
+  return used > 0 ? used : 1;
+}
+
+// The first cost position of unit u of `used` (unit_start(used) == total).
+__host__ __device__ __forceinline__ int64_t unit_start(int64_t u, int64_t total, int64_t used) {
+  return u >= used ? total : u * total / used;
+}
+
+// The unit that holds position p < total: the largest u with unit_start(u) <= p, i.e. u * total < (p + 1) * used.
+__host__ __device__ __forceinline__ int64_t unit_of(int64_t p, int64_t total, int64_t used) {
+  return ((p + 1) * used - 1) / total;
 }
 
 // kdtree_verify_min_split_tiles counts KDTREE_BLOCK_N-key tiles; in a layout of bn-key tiles:
@@ -305,9 +351,21 @@ __host__ __device__ __forceinline__ int64_t min_tiles_of_layout(int min_split_ti
   return (static_cast<int64_t>(min_split_tiles) * KDTREE_BLOCK_N + bn - 1) / bn;
 }
 
-// Workspace slots of a split call: units + batch (see above); the partial rows are slots x m_blocks x BM.
-__host__ __device__ __forceinline__ int64_t workspace_slots(int64_t num_splits, int64_t batch) {
-  return num_splits * batch + batch;
+// The request's tile at relative cost position `rel` (position - C_r), clamped to [0, tiles]: the tiles
+// [tile_at(start - C_r), tile_at(end - C_r)) of a request fall in the positions [start, end).
+__host__ __device__ __forceinline__ int64_t tile_at(int64_t rel, int64_t tiles) {
+  rel -= SEGMENT_COST;
+  return rel < 0 ? 0 : (rel > tiles ? tiles : rel);
+}
+
+// Workspace slots of a launch of `units` work units: 2 each (the partial rows are slots x m_blocks x BM).
+__host__ __device__ __forceinline__ int64_t workspace_slots(int64_t units) { return 2 * units; }
+
+// The workspace slot of request r's segment in unit u (a request cut between units): 2u when it is the
+// unit's first segment (no earlier request has a tile in the unit: C_r <= unit_start(u)), else 2u + 1 (the
+// unit's last segment, a request that starts in it and goes on in the next unit).
+__host__ __device__ __forceinline__ int64_t segment_slot(int64_t u, int64_t c_r, int64_t total, int64_t used) {
+  return 2 * u + (c_r <= unit_start(u, total, used) ? 0 : 1);
 }
 
 struct Request {
@@ -395,7 +453,7 @@ __device__ __forceinline__ void attend(const kdtree_verify_args& a, unsigned cha
   }
   // Workspace row of (slot, m_block, local row); its size depends only on the grid, never on the token
   // buffer length (see kdtree_verify_workspace_bytes).
-  const int64_t ws_rows = workspace_slots(gridDim.y, gridDim.z) * gridDim.x * BM;
+  const int64_t ws_rows = workspace_slots(gridDim.y) * gridDim.x * BM;
   const int64_t ws_row0 = (slot * gridDim.x + mb) * BM;
   float* ws_o = static_cast<float*>(a.workspace);
   float* ws_lse = ws_o + ws_rows * DV;
@@ -604,66 +662,55 @@ __device__ __forceinline__ void attend(const kdtree_verify_args& a, unsigned cha
 }
 
 // ---------------------------------------------------------------------------------------------
-// Main kernel: grid (m_blocks, num_splits, batch). With one split CTA (mb, 0, r) is request r; with
-// more, CTA (mb, y, z) is m-block mb of work unit z * num_splits + y (the partition above).
+// Main kernel: grid (m_blocks, units); CTA (mb, u) is m-block mb of work unit u (the partition above).
 
 template <class Kv, int BM_>
-__global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_verify_args a, int min_split_tiles) {
+__global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_verify_args a) {
   using L = Layout<BM_>;
   constexpr int BN = L::BN;
   extern __shared__ __align__(128) unsigned char smem[];
   const int mb = blockIdx.x;
   const int tid = threadIdx.x;
-  // ABI 4: one count per launch (CTA (0,0,0), thread 0), before any early return of the CTA.
-  if (a.call_counter != nullptr && mb == 0 && blockIdx.y == 0 && blockIdx.z == 0 && tid == 0)
+  // ABI 4: one count per launch (CTA (0,0), thread 0), before any early return of the CTA.
+  if (a.call_counter != nullptr && mb == 0 && blockIdx.y == 0 && tid == 0)
     atomicAdd(reinterpret_cast<unsigned long long*>(a.call_counter), 1ull);
 
-  if (a.num_splits == 1) {
-    const Request q = load_request(a, blockIdx.z);
-    const int n_tiles = static_cast<int>(request_tiles(q.prefix_len, q.n, BN));
-#if KDTREE_FAULT == 1
-    attend<Kv, BM_>(a, smem, q, mb, 0, n_tiles - 1, -1);  // FAULT: the request's last tile is lost
-#else
-    attend<Kv, BM_>(a, smem, q, mb, 0, n_tiles, -1);
-#endif
-    return;
-  }
-
-  // ---- the plan: total tiles, this unit's first tile, the request that holds it ----
+  // ---- the plan: total cost, this unit's first position, the request that holds it ----
   // Scratch in the Q tile's shared memory (the first segment loads Q after the last read of it):
-  // NTHREADS scan entries, then the found request and the tiles before it.
+  // NTHREADS scan entries, then the found request and the cost before it.
   int64_t* scan = reinterpret_cast<int64_t*>(smem + L::SQ_OFF);
   static_assert((NTHREADS + 2) * 8 <= BM_ * SROW * 2, "plan scratch fits in the Q tile");
-  const int B = static_cast<int>(gridDim.z);
-  const int64_t units = static_cast<int64_t>(gridDim.y) * gridDim.z;
-  const int64_t u = static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
+  const int B = a.batch_size;
+  const int64_t units = gridDim.y;
+  const int64_t u = blockIdx.y;
   const int chunks = (B + NTHREADS - 1) / NTHREADS;
-  // CTA (0, 0, 0) writes the plan for the combine: T_0..T_B, then chunk (after the partials).
+  // CTA (0, 0) of a launch with several units writes the plan for the combine: C_0..C_B, then the used
+  // units (after the partials).
   int64_t* plan = reinterpret_cast<int64_t*>(static_cast<float*>(a.workspace) +
-                                             workspace_slots(gridDim.y, gridDim.z) * gridDim.x * L::BM * (DV + 1));
-  const bool writes_plan = mb == 0 && u == 0;
+                                             workspace_slots(gridDim.y) * gridDim.x * L::BM * (DV + 1));
+  const bool writes_plan = units > 1 && mb == 0 && u == 0;
   int64_t carry = 0;
   for (int c = 0; c < chunks; ++c) {
     const int r = c * NTHREADS + tid;
-    const int64_t incl = carry + block_scan(scan, r < B ? tiles_of_request(a, r, BN) : 0);
+    const int64_t incl = carry + block_scan(scan, r < B ? request_cost(tiles_of_request(a, r, BN)) : 0);
     if (writes_plan && r < B) plan[r + 1] = incl;
     carry += scan[NTHREADS - 1];
     __syncthreads();  // every thread read the chunk's total before the next scan overwrites it
   }
   const int64_t total = carry;
-  const int64_t chunk = split_chunk(total, units, min_tiles_of_layout(min_split_tiles, BN));
+  const int64_t used = used_units(total, units, min_tiles_of_layout(KDTREE_MIN_SPLIT_TILES, BN));
   if (writes_plan && tid == 0) {
     plan[0] = 0;
-    plan[B + 1] = chunk;
+    plan[B + 1] = used;
   }
-  const int64_t start = u * chunk;
-  if (start >= total) return;  // an idle unit (uniform): nothing of the batch is left for it
-  const int64_t end = start + chunk < total ? start + chunk : total;
-  // The request holding tile `start`: again the scan (kept from above when the batch fits one chunk).
+  if (u >= used || total == 0) return;  // an idle unit (uniform): nothing of the batch is left for it
+  const int64_t start = unit_start(u, total, used);
+  const int64_t end = unit_start(u + 1, total, used);
+  // The request holding position `start`: again the scan (kept from above when the batch fits one chunk).
   carry = 0;
   for (int c = 0; c < chunks; ++c) {
     const int r = c * NTHREADS + tid;
-    const int64_t v = r < B ? tiles_of_request(a, r, BN) : 0;
+    const int64_t v = r < B ? request_cost(tiles_of_request(a, r, BN)) : 0;
     const int64_t incl = carry + (chunks == 1 ? scan[tid] : block_scan(scan, v));
     if (v > 0 && incl - v <= start && start < incl) {  // exactly one thread of one chunk
       scan[NTHREADS] = r;
@@ -673,47 +720,86 @@ __global__ void __launch_bounds__(NTHREADS, 1) verify_attn_kernel(const kdtree_v
     __syncthreads();
   }
   int r = static_cast<int>(scan[NTHREADS]);
-  int first = static_cast<int>(start - scan[NTHREADS + 1]);  // the first segment's first tile in request r
-  int left = static_cast<int>(end - start);                  // the unit's tiles not yet done
+  // The unit's positions relative to the current request's first one (32-bit state: the kernel is at its
+  // register limit): [s, e), both move down by each request's cost.
+  int s = static_cast<int>(start - scan[NTHREADS + 1]);
+  int e = static_cast<int>(end - scan[NTHREADS + 1]);
   const int unit = static_cast<int>(u);
+  int segments = 0;
   __syncthreads();  // the scratch is read: the segments may load Q over it
 
-  // ---- the unit's segments, request after request (32-bit state: the kernel is at its register limit) ----
+  // ---- the unit's segments, request after request ----
 #pragma unroll 1
-  for (; left > 0 && r < B; ++r, first = 0) {  // uniform: every thread walks the same requests
+  for (; e > 0 && r < B; ++r) {  // uniform: every thread walks the same requests
     const Request q = load_request(a, r);
     const int n_tiles = static_cast<int>(request_tiles(q.prefix_len, q.n, BN));
-    const int hi = first + left < n_tiles ? first + left : n_tiles;
-    if (hi <= first) continue;  // an empty request (n = 0)
-    left -= hi - first;
-    // A request the unit holds whole is written to `out` at once (no partial, the combine skips it).
-    const int64_t slot = first == 0 && hi == n_tiles ? -1 : static_cast<int64_t>(unit) + r;
+    const int lo = static_cast<int>(tile_at(s, n_tiles));
+    const int hi = static_cast<int>(tile_at(e, n_tiles));
+    s -= static_cast<int>(request_cost(n_tiles));
+    e -= static_cast<int>(request_cost(n_tiles));
+    if (hi <= lo) continue;  // an empty request (n = 0), or only its segment cost falls in this unit
+    // A request the unit holds whole is written to `out` at once (no partial, the combine skips it);
+    // else its first segment goes to slot 2u, its last to 2u + 1 (segment_slot).
+    const int64_t slot = lo == 0 && hi == n_tiles ? -1 : 2 * static_cast<int64_t>(unit) + (segments > 0);
+    ++segments;
 #if KDTREE_FAULT == 1
-    attend<Kv, BM_>(a, smem, q, mb, first, hi == n_tiles ? hi - 1 : hi, slot);  // FAULT: last tile lost
+    attend<Kv, BM_>(a, smem, q, mb, lo, hi == n_tiles ? hi - 1 : hi, slot);  // FAULT: last tile lost
 #elif KDTREE_FAULT == 2
-    attend<Kv, BM_>(a, smem, q, mb, first, unit == 1 ? first : hi, slot);  // FAULT: unit 1 reports empty
+    attend<Kv, BM_>(a, smem, q, mb, lo, unit == 1 ? lo : hi, slot);  // FAULT: unit 1 reports empty
 #else
-    attend<Kv, BM_>(a, smem, q, mb, first, hi, slot);
+    attend<Kv, BM_>(a, smem, q, mb, lo, hi, slot);
 #endif
   }
+  grid_dependents_launch();  // this CTA's partials are written: the combine may be scheduled (PDL)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Combine: grid (m_blocks * BM, batch); one CTA of 128 threads per (request, row), thread k owns
-// dims 4k..4k+3. Merges the partials of the units that covered the request (the plan CTA (0, 0, 0) of
-// the main kernel wrote: T_r, T_{r+1} and chunk), slot u + r for unit u.
+// Combine (ABI 6): grid (m_blocks * BM, batch), one CTA of COMBINE_WARPS warps per (request, row). Merges
+// the partials of the units that covered the request (the plan CTA (0, 0) of the main kernel wrote: C_r,
+// C_{r+1}, C_batch and the used units), slot segment_slot(u, C_r, ...) for unit u, in three steps with
+// no load behind a branch on a value just loaded:
+//   1. thread i loads the lse of the request's unit i (all at once); warp shuffles and one shared-memory
+//      exchange give the max and the weights 2^(lse - max) (a unit without keys: lse -inf, weight 0);
+//   2. warp w takes the units i = w, w + COMBINE_WARPS, ..., COMBINE_UNROLL of them at a time, lane l
+//      the dims 16 l .. 16 l + 15 (4 float4 loads per unit): weight x partial, a zero weight multiplies;
+//   3. the warps' sums meet in shared memory and 128 threads write 4 dims each.
+// Launched with programmatic dependent launch (launch_pdl): it may start while the main kernel runs and
+// waits (grid_dependency_wait) before it reads the workspace.
 
-constexpr int COMBINE_THREADS = DV / 4;
-static_assert(COMBINE_THREADS == 128, "combine: 4 dims per thread");
+constexpr int COMBINE_WARPS = 16;
+constexpr int COMBINE_THREADS = COMBINE_WARPS * 32;
+constexpr int COMBINE_UNROLL = 4;          // units whose partials a lane has in flight at once
+constexpr int COMBINE_LANE_DIMS = DV / 32;  // 16 dims = 4 float4 per lane and unit
+constexpr int COMBINE_SMEM_BYTES = (COMBINE_THREADS + 2 * COMBINE_WARPS + COMBINE_WARPS * DV) * 4;
+static_assert(KDTREE_MAX_SPLITS <= COMBINE_THREADS, "combine: one unit's lse per thread");
+static_assert(COMBINE_LANE_DIMS == 16 && DV / 4 <= COMBINE_THREADS, "combine: lane and output dims");
+static_assert(COMBINE_SMEM_BYTES <= 48 * 1024, "combine: within the default dynamic shared memory");
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
 
 template <int BM>
 __global__ void __launch_bounds__(COMBINE_THREADS) combine_kernel(const kdtree_verify_args a) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  float* sW = reinterpret_cast<float*>(smem);          // [COMBINE_THREADS] unit weights
+  float* sRed = sW + COMBINE_THREADS;                   // [2][COMBINE_WARPS] per-warp max, then sum
+  float* sAcc = sRed + 2 * COMBINE_WARPS;               // [COMBINE_WARPS][DV] per-warp partial sums
   const int H = a.num_heads;
   const int m_blocks = gridDim.x / BM;
   const int mb = blockIdx.x / BM;
   const int lrow = blockIdx.x % BM;
   const int r = blockIdx.y;
-  const int B = gridDim.y;
+  const int B = a.batch_size;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int64_t qo0 = load_index(a.qo_indptr, a.qo_indptr_i64, r);
   const int n = static_cast<int>(load_index(a.qo_indptr, a.qo_indptr_i64, r + 1) - qo0);
   const int grow = mb * BM + lrow;
@@ -724,39 +810,108 @@ __global__ void __launch_bounds__(COMBINE_THREADS) combine_kernel(const kdtree_v
   const int64_t prefix_len = load_index(a.kv_indptr, a.kv_indptr_i64, r + 1) - load_index(a.kv_indptr, a.kv_indptr_i64, r);
   if (prefix_len < 0) return;  // the main kernel skipped this request too
 
-  const int64_t ws_rows = workspace_slots(a.num_splits, B) * m_blocks * BM;
+  grid_dependency_wait();  // the main kernel's partials and plan are complete and visible
+  const int64_t ws_rows = workspace_slots(a.num_splits) * m_blocks * BM;
   const float* ws_o = static_cast<const float*>(a.workspace);
   const float* ws_lse = ws_o + ws_rows * DV;
   const int64_t* plan = reinterpret_cast<const int64_t*>(ws_lse + ws_rows);
-  const int64_t t_r = plan[r], t_next = plan[r + 1], chunk = plan[B + 1];
-  const int64_t u0 = t_r / chunk, u1 = (t_next - 1) / chunk;  // t_next > t_r: n > 0, prefix_len >= 0
+  const int64_t c_r = plan[r], c_next = plan[r + 1], total = plan[B], used = plan[B + 1];
+  // c_next > c_r + SEGMENT_COST: n > 0, prefix_len >= 0, so the request has a tile
+  const int64_t u0 = unit_of(c_r + SEGMENT_COST, total, used), u1 = unit_of(c_next - 1, total, used);
   if (u0 == u1) return;  // one unit held the request whole and wrote `out` itself
-  // Row of unit u: ((u + r) * m_blocks + mb) * BM + lrow.
+  const int k = static_cast<int>(u1 - u0 + 1);  // <= used <= KDTREE_MAX_SPLITS
+  // Row of unit u0 + i: (segment_slot(u0 + i, c_r, total, used) * m_blocks + mb) * BM + lrow.
+  // Only the first unit can hold the request as its last segment: every later unit u holds it first, 2u.
   const int64_t slot_stride = static_cast<int64_t>(m_blocks) * BM;
-  const int64_t R0 = (static_cast<int64_t>(r) * m_blocks + mb) * BM + lrow;
+  const int64_t R0 = static_cast<int64_t>(mb) * BM + lrow;
+  const int64_t slot0 = segment_slot(u0, c_r, total, used);
 
-  float mx = -INFINITY;
-  for (int64_t u = u0; u <= u1; ++u) mx = fmaxf(mx, ws_lse[R0 + u * slot_stride]);
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  float wsum = 0.f;
-  if (mx != -INFINITY) {
-    for (int64_t u = u0; u <= u1; ++u) {
-      const int64_t R = R0 + u * slot_stride;
-      const float w = exp2f(ws_lse[R] - mx);  // empty partials (-inf) add nothing
-      if (w == 0.f) continue;
-      const float4 v = reinterpret_cast<const float4*>(ws_o + R * DV)[threadIdx.x];
-      acc.x += w * v.x;
-      acc.y += w * v.y;
-      acc.z += w * v.z;
-      acc.w += w * v.w;
-      wsum += w;
+  // ---- 1. every unit's lse at once; max and weights ----
+  float lse = -INFINITY;
+  if (tid < k) lse = ws_lse[R0 + (tid == 0 ? slot0 : 2 * (u0 + tid)) * slot_stride];
+  const float wmax = warp_max(lse);
+  if (lane == 0) sRed[warp] = wmax;
+  __syncthreads();
+  float mx = sRed[0];
+#pragma unroll
+  for (int w = 1; w < COMBINE_WARPS; ++w) mx = fmaxf(mx, sRed[w]);
+  const float weight = lse == -INFINITY ? 0.f : exp2f(lse - mx);  // empty partials (-inf) add nothing
+  const float wsum_warp = warp_sum(weight);
+  if (tid < k) sW[tid] = weight;
+  if (lane == 0) sRed[COMBINE_WARPS + warp] = wsum_warp;
+  __syncthreads();
+
+  // ---- 2. weight x partial: warp w's units, COMBINE_UNROLL at a time, 4 float4 per lane each ----
+  float4 acc[4];
+#pragma unroll
+  for (int d = 0; d < 4; ++d) acc[d] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int i0 = warp; i0 < k; i0 += COMBINE_WARPS * COMBINE_UNROLL) {
+    float4 v[COMBINE_UNROLL][4];
+    float wt[COMBINE_UNROLL];
+#pragma unroll
+    for (int j = 0; j < COMBINE_UNROLL; ++j) {
+      const int i = i0 + j * COMBINE_WARPS;
+      const int ii = i < k ? i : 0;  // past the units: unit 0 again, with weight 0
+      wt[j] = i < k ? sW[ii] : 0.f;
+      const int64_t R = R0 + (ii == 0 ? slot0 : 2 * (u0 + ii)) * slot_stride;
+      const float4* src = reinterpret_cast<const float4*>(ws_o + R * DV) + lane * (COMBINE_LANE_DIMS / 4);
+#pragma unroll
+      for (int d = 0; d < 4; ++d) v[j][d] = src[d];
+    }
+#pragma unroll
+    for (int j = 0; j < COMBINE_UNROLL; ++j) {
+#pragma unroll
+      for (int d = 0; d < 4; ++d) {
+        acc[d].x += wt[j] * v[j][d].x;
+        acc[d].y += wt[j] * v[j][d].y;
+        acc[d].z += wt[j] * v[j][d].z;
+        acc[d].w += wt[j] * v[j][d].w;
+      }
     }
   }
-  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out) + t * a.out_stride_t + h * a.out_stride_h;
-  const uint2 packed = make_uint2(pack_bf16x2(acc.x * inv, acc.y * inv), pack_bf16x2(acc.z * inv, acc.w * inv));
-  reinterpret_cast<uint2*>(out)[threadIdx.x] = packed;
+#pragma unroll
+  for (int d = 0; d < 4; ++d)
+    reinterpret_cast<float4*>(sAcc + warp * DV + lane * COMBINE_LANE_DIMS)[d] = acc[d];
+  __syncthreads();
+
+  // ---- 3. the warps' sums, 4 dims per thread ----
+  if (tid < DV / 4) {
+    float wsum = 0.f;
+#pragma unroll
+    for (int w = 0; w < COMBINE_WARPS; ++w) wsum += sRed[COMBINE_WARPS + w];
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int w = 0; w < COMBINE_WARPS; ++w) {
+      const float4 p = reinterpret_cast<const float4*>(sAcc + w * DV)[tid];
+      o.x += p.x;
+      o.y += p.y;
+      o.z += p.z;
+      o.w += p.w;
+    }
+    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out) + t * a.out_stride_t + h * a.out_stride_h;
+    const uint2 packed = make_uint2(pack_bf16x2(o.x * inv, o.y * inv), pack_bf16x2(o.z * inv, o.w * inv));
+    reinterpret_cast<uint2*>(out)[tid] = packed;
+  }
 }
+
+#ifndef KDTREE_CPU_EMULATION
+// cudaLaunchKernelEx with programmatic stream serialization (KDTREE_LAUNCH_PDL).
+template <class... P, class... A>
+cudaError_t launch_pdl(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, void (*kernel)(P...), A&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
+#endif
 
 }  // namespace kdtree
 
@@ -831,60 +986,52 @@ static int64_t m_blocks_of(int num_heads, int max_extend_len) {
 }
 
 KDTREE_EXPORT int kdtree_verify_min_split_tiles(int num_heads, int max_extend_len, int kv_dtype) {
-  // A split writes rows x (512 + 1) fp32 (partial O + lse) and the combine reads them back: 2 x 4 x 513
-  // bytes per row. Its KV costs 576 x (2 | 1) bytes per key. Keep the partials at most 1/PARTIAL_DEN
-  // of the KV bytes: keys >= PARTIAL_DEN x 2 x 4 x 513 x rows / bytes_per_key. For 64 rows of a bf16
-  // cache that is 913 keys (58 tiles); 32 rows (H=8, n=4): 29 tiles; fp8 doubles both.
-  const int64_t hn = static_cast<int64_t>(num_heads > 0 ? num_heads : 1) * (max_extend_len > 0 ? max_extend_len : 1);
-  const int64_t rows = hn < KDTREE_BLOCK_M ? hn : KDTREE_BLOCK_M;
-  const int64_t bytes_per_key = static_cast<int64_t>(KDTREE_HEAD_DIM) * (kv_dtype == KDTREE_KV_FP8_E4M3 ? 1 : 2);
-  const int64_t partial_bytes = 2 * rows * (KDTREE_V_DIM + 1) * static_cast<int64_t>(sizeof(float));
-  const int64_t keys = ceil_div64(KDTREE_PARTIAL_DEN * partial_bytes, bytes_per_key);
-  const int64_t tiles = ceil_div64(keys, KDTREE_BLOCK_N);
-  return static_cast<int>(tiles > KDTREE_MIN_SPLIT_TILES ? tiles : KDTREE_MIN_SPLIT_TILES);
+  // ABI 6: no partial-bytes floor. The fp32 partials of at most 2 x SMs unit segments (<= 2 x 132 x 64 x
+  // 513 x 4 B = 35 MB on 132 SMs, written and read once) stay in L2 on the cards this library targets;
+  // pricing them as HBM traffic left most SMs idle below 8k keys.
+  (void)num_heads;
+  (void)max_extend_len;
+  (void)kv_dtype;
+  return KDTREE_MIN_SPLIT_TILES;
 }
 
 KDTREE_EXPORT int kdtree_verify_num_splits(int num_sms, int batch_size, int num_heads, int max_extend_len,
                                            int64_t max_kv_len, int kv_dtype) {
-  // One CTA per SM (~98 KB of shared memory, 256 threads x <= 255 registers). A ceiling division
-  // ceil(SMs / ctas) launches a second, partial wave for most batch sizes (batch 8 on 132 SMs: 136
-  // CTAs = two waves, twice the time); floor(SMs / ctas) fills at most one whole wave. Each split
-  // of the longest possible request (kv_indices length + max_extend_len) keeps at least
-  // kdtree_verify_min_split_tiles tiles, so the partial outputs stay a small part of the traffic.
+  // One CTA per SM (~98 KB of shared memory, 256 threads x <= 255 registers): floor(SMs / m_blocks)
+  // units of m_blocks CTAs fill one wave exactly, whatever the batch (the plan shares the batch's tiles
+  // among them); a ceiling would start a second, partial wave.
+  (void)batch_size;
+  (void)max_kv_len;
+  (void)kv_dtype;
   if (num_sms < 1) num_sms = 1;
-  const int64_t ctas = (batch_size > 0 ? batch_size : 1) * m_blocks_of(num_heads > 0 ? num_heads : 1,
-                                                                       max_extend_len > 0 ? max_extend_len : 1);
-  int64_t splits = ctas >= num_sms ? 1 : num_sms / ctas;
-  const int64_t max_tokens = (max_kv_len > 0 ? max_kv_len : 0) + (max_extend_len > 0 ? max_extend_len : 0);
-  const int64_t min_keys = static_cast<int64_t>(kdtree_verify_min_split_tiles(num_heads, max_extend_len, kv_dtype)) *
-                           KDTREE_BLOCK_N;
-  const int64_t by_len = ceil_div64(max_tokens > 0 ? max_tokens : 1, min_keys);
-  if (splits > by_len) splits = by_len;
-  if (splits > KDTREE_MAX_SPLITS) splits = KDTREE_MAX_SPLITS;
-  if (splits < 1) splits = 1;
-  return static_cast<int>(splits);
+  const int64_t m_blocks = m_blocks_of(num_heads > 0 ? num_heads : 1, max_extend_len > 0 ? max_extend_len : 1);
+  int64_t units = num_sms / m_blocks;
+  if (units > KDTREE_MAX_SPLITS) units = KDTREE_MAX_SPLITS;
+  if (units < 1) units = 1;
+  return static_cast<int>(units);
 }
 
+// The largest batch kdtree_verify_run accepts (its plan has batch + 2 int64 in the workspace).
+static constexpr int64_t kMaxBatch = 65535;
 
 KDTREE_EXPORT int64_t kdtree_verify_workspace_bytes(int batch_size, int num_heads, int max_extend_len,
                                                     int num_splits) {
   if (num_splits <= 1 || batch_size <= 0 || num_heads <= 0 || max_extend_len <= 0) return 0;
-  // Partial rows: (units + batch) slots x m_blocks x BM (the kernel's BM is 64, or 32 with one m-block),
-  // 512 + 1 fp32 each; then the plan: batch + 2 int64 (T_0..T_batch, chunk).
-  const int64_t rows = kdtree::workspace_slots(num_splits, batch_size) * m_blocks_of(num_heads, max_extend_len) *
-                       KDTREE_BLOCK_M;
+  // Partial rows: 2 slots per unit x m_blocks x BM (the kernel's BM is 64, or 32 with one m-block),
+  // 512 + 1 fp32 each; then the plan: batch + 2 int64 (C_0..C_batch, the used units).
+  const int64_t rows = kdtree::workspace_slots(num_splits) * m_blocks_of(num_heads, max_extend_len) * KDTREE_BLOCK_M;
   return rows * (KDTREE_V_DIM + 1) * static_cast<int64_t>(sizeof(float)) +
          (static_cast<int64_t>(batch_size) + 2) * static_cast<int64_t>(sizeof(int64_t));
 }
 
 KDTREE_EXPORT int64_t kdtree_verify_max_workspace_bytes(int num_sms) {
-  // kdtree_verify_num_splits returns s > 1 only when ctas = batch * m_blocks < num_sms, with
-  // s <= floor(num_sms / ctas), so the slots' rows (s * batch + batch) * m_blocks = s * ctas + ctas
-  // stay below 2 * num_sms m-blocks of rows, and batch + 2 <= num_sms + 1 plan entries.
+  // kdtree_verify_num_splits returns units > 1 only with units * m_blocks <= num_sms, so the slots' rows
+  // 2 * units * m_blocks * BM stay within 2 * num_sms m-blocks of rows, whatever the batch; the plan has
+  // batch + 2 <= kMaxBatch + 2 entries.
   if (num_sms < 1) num_sms = 1;
   const int64_t sms = num_sms;
   return 2 * sms * KDTREE_BLOCK_M * (KDTREE_V_DIM + 1) * static_cast<int64_t>(sizeof(float)) +
-         (sms + 1) * static_cast<int64_t>(sizeof(int64_t));
+         (kMaxBatch + 2) * static_cast<int64_t>(sizeof(int64_t));
 }
 
 KDTREE_EXPORT int64_t kdtree_verify_partition(int batch_size, int num_heads, int max_extend_len, int num_splits,
@@ -901,29 +1048,29 @@ KDTREE_EXPORT int64_t kdtree_verify_partition(int batch_size, int num_heads, int
   const int64_t min_tiles =
       kdtree::min_tiles_of_layout(kdtree_verify_min_split_tiles(num_heads, max_extend_len, kv_dtype), bn);
   *min_unit_tiles = min_tiles;
-  const int64_t units = static_cast<int64_t>(num_splits) * batch_size;
+  const int64_t units = num_splits;
   for (int64_t u = 0; u < units; ++u) unit_tiles[u] = unit_segments[u] = 0;
-  int64_t total = 0;
-  for (int r = 0; r < batch_size; ++r) total += kdtree::request_tiles(prefix_lens[r], draft_lens[r], bn);
-  if (num_splits == 1) {  // unit r = request r, whole
-    for (int r = 0; r < batch_size; ++r) {
-      unit_tiles[r] = kdtree::request_tiles(prefix_lens[r], draft_lens[r], bn);
-      unit_segments[r] = unit_tiles[r] > 0;
-    }
-    return total;
-  }
-  const int64_t chunk = kdtree::split_chunk(total, units, min_tiles);
-  int64_t t_r = 0;
-  for (int r = 0; r < batch_size; ++r) {  // request r's tiles [t_r, t_r + n) go to the units that hold them
+  int64_t total = 0, total_cost = 0;
+  for (int r = 0; r < batch_size; ++r) {
     const int64_t n = kdtree::request_tiles(prefix_lens[r], draft_lens[r], bn);
-    for (int64_t at = t_r; at < t_r + n;) {
-      const int64_t u = at / chunk;
-      const int64_t stop = (u + 1) * chunk < t_r + n ? (u + 1) * chunk : t_r + n;
-      unit_tiles[u] += stop - at;
+    total += n;
+    total_cost += kdtree::request_cost(n);
+  }
+  if (total_cost == 0) return 0;
+  const int64_t used = kdtree::used_units(total_cost, units, min_tiles);
+  int64_t c_r = 0;
+  for (int r = 0; r < batch_size; ++r) {  // request r's tiles go to the units whose positions hold them
+    const int64_t n = kdtree::request_tiles(prefix_lens[r], draft_lens[r], bn);
+    const int64_t c_next = c_r + kdtree::request_cost(n);
+    for (int64_t u = n > 0 ? kdtree::unit_of(c_r + kdtree::SEGMENT_COST, total_cost, used) : used;
+         u < used && kdtree::unit_start(u, total_cost, used) < c_next; ++u) {
+      const int64_t lo = kdtree::tile_at(kdtree::unit_start(u, total_cost, used) - c_r, n);
+      const int64_t hi = kdtree::tile_at(kdtree::unit_start(u + 1, total_cost, used) - c_r, n);
+      if (hi <= lo) continue;
+      unit_tiles[u] += hi - lo;
       unit_segments[u] += 1;
-      at = stop;
     }
-    t_r += n;
+    c_r += kdtree::request_cost(n);
   }
   return total;
 }
@@ -934,7 +1081,7 @@ KDTREE_EXPORT int kdtree_verify_run(const kdtree_verify_args* a, void* stream) {
   if (a->io_dtype != KDTREE_DTYPE_BF16) return KDTREE_ERR_ARG;
   if (a->kv_dtype != KDTREE_KV_BF16 && a->kv_dtype != KDTREE_KV_FP8_E4M3) return KDTREE_ERR_ARG;
   if (a->mask_mode != KDTREE_MASK_TREE && a->mask_mode != KDTREE_MASK_CAUSAL) return KDTREE_ERR_ARG;
-  if (a->num_heads < 1 || a->batch_size < 0 || a->batch_size > 65535 || a->max_extend_len < 0 ||
+  if (a->num_heads < 1 || a->batch_size < 0 || a->batch_size > kMaxBatch || a->max_extend_len < 0 ||
       a->num_tokens < 0 || a->num_splits < 1 || a->num_splits > KDTREE_MAX_SPLITS)
     return KDTREE_ERR_ARG;
   if (a->batch_size == 0 || a->num_tokens == 0 || a->max_extend_len == 0) return KDTREE_OK;
@@ -954,27 +1101,27 @@ KDTREE_EXPORT int kdtree_verify_run(const kdtree_verify_args* a, void* stream) {
   const int64_t m_blocks = ceil_div64(static_cast<int64_t>(a->max_extend_len) * a->num_heads, bm);
   if (m_blocks * bm > 0x7fffffff) return KDTREE_ERR_ARG;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(a->num_splits),
-                  static_cast<unsigned>(a->batch_size));
-  const int min_tiles = kdtree_verify_min_split_tiles(a->num_heads, a->max_extend_len, a->kv_dtype);
+  const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(a->num_splits));
   constexpr int T = kdtree::NTHREADS;
   constexpr int M64 = kdtree::Layout64::BM, M32 = kdtree::Layout32::BM;
   constexpr int S64 = kdtree::Layout64::SMEM_BYTES, S32 = kdtree::Layout32::SMEM_BYTES;
   const bool bf16 = a->kv_dtype == KDTREE_KV_BF16;
   if (bm == M64 && bf16)
-    KDTREE_LAUNCH(grid, T, S64, s, kdtree::verify_attn_kernel<kdtree::KvBf16, M64>)(*a, min_tiles);
+    KDTREE_LAUNCH(grid, T, S64, s, kdtree::verify_attn_kernel<kdtree::KvBf16, M64>)(*a);
   else if (bm == M64)
-    KDTREE_LAUNCH(grid, T, S64, s, kdtree::verify_attn_kernel<kdtree::KvFp8, M64>)(*a, min_tiles);
+    KDTREE_LAUNCH(grid, T, S64, s, kdtree::verify_attn_kernel<kdtree::KvFp8, M64>)(*a);
   else if (bf16)
-    KDTREE_LAUNCH(grid, T, S32, s, kdtree::verify_attn_kernel<kdtree::KvBf16, M32>)(*a, min_tiles);
+    KDTREE_LAUNCH(grid, T, S32, s, kdtree::verify_attn_kernel<kdtree::KvBf16, M32>)(*a);
   else
-    KDTREE_LAUNCH(grid, T, S32, s, kdtree::verify_attn_kernel<kdtree::KvFp8, M32>)(*a, min_tiles);
+    KDTREE_LAUNCH(grid, T, S32, s, kdtree::verify_attn_kernel<kdtree::KvFp8, M32>)(*a);
+  cudaError_t combined = cudaSuccess;
   if (a->num_splits > 1) {
     const dim3 cgrid(static_cast<unsigned>(m_blocks * bm), static_cast<unsigned>(a->batch_size));
+    constexpr int CT = kdtree::COMBINE_THREADS, CS = kdtree::COMBINE_SMEM_BYTES;
     if (bm == M64)
-      KDTREE_LAUNCH(cgrid, kdtree::COMBINE_THREADS, 0, s, kdtree::combine_kernel<M64>)(*a);
+      combined = KDTREE_LAUNCH_PDL(cgrid, CT, CS, s, kdtree::combine_kernel<M64>, *a);
     else
-      KDTREE_LAUNCH(cgrid, kdtree::COMBINE_THREADS, 0, s, kdtree::combine_kernel<M32>)(*a);
+      combined = KDTREE_LAUNCH_PDL(cgrid, CT, CS, s, kdtree::combine_kernel<M32>, *a);
   }
-  return cudaGetLastError() == cudaSuccess ? KDTREE_OK : KDTREE_ERR_LAUNCH;
+  return cudaGetLastError() == cudaSuccess && combined == cudaSuccess ? KDTREE_OK : KDTREE_ERR_LAUNCH;
 }

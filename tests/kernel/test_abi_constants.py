@@ -30,7 +30,7 @@ _ALL: dict[str, int] = {}
 
 def test_abi_version_is_the_headers():
     define = re.search(r"#define KDTREE_VERIFY_ABI_VERSION (\d+)", HEADER.read_text())
-    assert define and int(define.group(1)) == kernel.ABI_VERSION == 5
+    assert define and int(define.group(1)) == kernel.ABI_VERSION == 6
 
 
 def test_dtype_device_mask_and_status_enums_are_the_headers():

@@ -145,50 +145,45 @@ def lib(vk):
 BF16, FP8 = kernel.KV_BF16, kernel.KV_FP8_E4M3
 
 
-def test_num_splits_is_one_when_the_batch_fills_the_gpu(lib):
-    assert lib.kdtree_verify_num_splits(132, 32, 8, 64, 1 << 22, BF16) == 1
-    assert lib.kdtree_verify_num_splits(132, 132, 8, 4, 1 << 22, BF16) == 1
+def test_num_splits_is_one_when_one_unit_fills_the_gpu(lib):
+    # H=64, n=148: 148 m-blocks of 64 rows, more than 132 SMs: one unit runs every request.
+    assert lib.kdtree_verify_num_splits(132, 32, 64, 148, 1 << 22, BF16) == 1
+    assert lib.kdtree_verify_num_splits(132, 1, 128, 66, 1 << 22, BF16) == 1
 
 
-def test_num_splits_fills_at_most_one_whole_wave(lib):
-    # floor(SMs / CTAs), never ceil: batch 8 on 132 SMs is 16 splits = 128 CTAs, not 17 = 136 (2 waves).
-    assert lib.kdtree_verify_num_splits(132, 1, 8, 8, 1 << 20, BF16) == 132
-    assert lib.kdtree_verify_num_splits(132, 2, 8, 8, 1 << 20, BF16) == 66
-    assert lib.kdtree_verify_num_splits(132, 8, 8, 4, 1 << 20, BF16) == 16
-    assert lib.kdtree_verify_num_splits(188, 8, 8, 4, 1 << 20, BF16) == 23
-    assert lib.kdtree_verify_num_splits(132, 100, 8, 4, 1 << 20, BF16) == 1
+def test_num_splits_fills_one_whole_wave_whatever_the_batch(lib):
+    # ABI 6: floor(SMs / m_blocks) units for every batch size (b = 67 or 133 no longer idles half the GPU),
+    # never ceil: a second, partial wave would double the time.
+    for batch in (1, 2, 8, 67, 100, 133, 200, 256):
+        assert lib.kdtree_verify_num_splits(132, batch, 8, 4, 1 << 20, BF16) == 132
+        assert lib.kdtree_verify_num_splits(188, batch, 8, 4, 1 << 20, BF16) == 188
+        assert lib.kdtree_verify_num_splits(132, batch, 64, 2, 1 << 20, BF16) == 66
+        assert lib.kdtree_verify_num_splits(132, batch, 64, 16, 1 << 20, BF16) == 8
     assert lib.kdtree_verify_num_splits(400, 1, 8, 8, 1 << 22, BF16) == 256
     for sms in (46, 132, 148, 188):
-        for batch in range(1, 2 * sms):
+        for batch in (1, 7, sms - 1, sms + 1, 2 * sms):
             for heads, n in ((8, 4), (16, 4), (128, 4), (64, 1)):
-                splits = lib.kdtree_verify_num_splits(sms, batch, heads, n, 1 << 24, BF16)
-                ctas = batch * -(-heads * n // 64)
-                assert splits == 1 or splits * ctas <= sms, (sms, batch, heads, n, splits)
+                units = lib.kdtree_verify_num_splits(sms, batch, heads, n, 1 << 24, BF16)
+                m_blocks = -(-heads * n // 64)
+                assert units * m_blocks <= sms < (units + 1) * m_blocks, (sms, batch, heads, n, units)
 
 
-def test_min_split_tiles_keeps_the_partials_a_quarter_of_the_kv_bytes(lib):
-    for heads, n, dtype, elem_bytes in ((8, 4, BF16, 2), (16, 4, BF16, 2), (8, 4, FP8, 1), (128, 1, FP8, 1)):
-        tiles = lib.kdtree_verify_min_split_tiles(heads, n, dtype)
-        rows = min(64, heads * n)
-        key_bytes = HEAD_DIM_QK * elem_bytes
-        partial = 2 * rows * (HEAD_DIM_V + 1) * 4  # fp32 O + lse, written and read back
-        assert partial <= tiles * 16 * key_bytes / 4 < partial + 16 * key_bytes, (heads, n, tiles)
-    assert lib.kdtree_verify_min_split_tiles(8, 4, BF16) == 29
-    assert lib.kdtree_verify_min_split_tiles(16, 4, BF16) == 57  # 912 keys
-    assert lib.kdtree_verify_min_split_tiles(1, 1, BF16) == 4  # at least KDTREE_MIN_SPLIT_TILES
+def test_min_split_tiles_is_the_one_tile_minimum_whatever_the_shape(lib):
+    # ABI 6: no partial-bytes floor (ABI 5 gave 57 tiles at 64 rows, 29 at H=8, n=4).
+    for heads, n, dtype in ((8, 4, BF16), (16, 4, BF16), (8, 4, FP8), (128, 1, FP8), (1, 1, BF16)):
+        assert lib.kdtree_verify_min_split_tiles(heads, n, dtype) == 1, (heads, n, dtype)
 
 
-def test_num_splits_keeps_the_minimum_split_size(lib):
-    # H=8, n=4: 29 tiles = 464 keys per split at least; 1000 + 4 keys at most -> 3 splits.
-    assert lib.kdtree_verify_num_splits(132, 1, 8, 4, 1000, BF16) == 3
-    assert lib.kdtree_verify_num_splits(132, 1, 8, 4, 1000, FP8) == 2
-    assert lib.kdtree_verify_num_splits(132, 1, 8, 8, 0, BF16) == 1
+def test_num_splits_does_not_depend_on_the_prefix_length(lib):
+    assert lib.kdtree_verify_num_splits(132, 1, 8, 4, 1000, BF16) == 132
+    assert lib.kdtree_verify_num_splits(132, 1, 8, 4, 1000, FP8) == 132
+    assert lib.kdtree_verify_num_splits(132, 1, 8, 8, 0, BF16) == 132
 
 
 def test_workspace_never_exceeds_the_per_gpu_bound(lib):
     for num_sms in (1, 46, 132, 148, 188):
         bound = lib.kdtree_verify_max_workspace_bytes(num_sms)
-        for batch in (1, 2, 3, 5, 8, 17, 32, 64, 160):
+        for batch in (1, 2, 3, 5, 8, 17, 32, 64, 160, 300, 65535):
             for heads in (8, 16, 64, 128):
                 for n in (1, 4, 8, 16, 64):
                     for kv_len in (0, 1, 17, 4096, 1 << 17, 1 << 24):

@@ -82,8 +82,8 @@ KDTREE_EXPORT int64_t kdtree_verify_workspace_bytes(int, int, int, int) { return
 
 KDTREE_EXPORT int64_t kdtree_verify_max_workspace_bytes(int) { return 0; }
 
-// The double never splits (kdtree_verify_num_splits is 1): each request is one unit, whole; its tiles
-// are the 64-row layout's 16-key tiles. Any other split count is refused.
+// The double never splits (kdtree_verify_num_splits is 1): its one unit runs every request whole (ABI 6:
+// num_splits entries); its tiles are the 64-row layout's 16-key tiles. Any other unit count is refused.
 KDTREE_EXPORT int64_t kdtree_verify_partition(int batch_size, int num_heads, int max_extend_len, int num_splits, int,
                                               int, const int64_t* prefix_lens, const int32_t* draft_lens,
                                               int64_t* unit_tiles, int32_t* unit_segments,
@@ -92,14 +92,15 @@ KDTREE_EXPORT int64_t kdtree_verify_partition(int batch_size, int num_heads, int
       draft_lens == nullptr || unit_tiles == nullptr || unit_segments == nullptr || min_unit_tiles == nullptr)
     return -1;
   *min_unit_tiles = KDTREE_MIN_SPLIT_TILES;
-  int64_t total = 0;
+  unit_tiles[0] = 0;
+  unit_segments[0] = 0;
   for (int r = 0; r < batch_size; ++r) {
     const int64_t keys = prefix_lens[r] < 0 || draft_lens[r] <= 0 ? 0 : prefix_lens[r] + draft_lens[r];
-    unit_tiles[r] = (keys + KDTREE_BLOCK_N - 1) / KDTREE_BLOCK_N;
-    unit_segments[r] = unit_tiles[r] > 0;
-    total += unit_tiles[r];
+    const int64_t tiles = (keys + KDTREE_BLOCK_N - 1) / KDTREE_BLOCK_N;
+    unit_tiles[0] += tiles;
+    unit_segments[0] += tiles > 0;
   }
-  return total;
+  return unit_tiles[0];
 }
 
 KDTREE_EXPORT int kdtree_verify_run(const kdtree_verify_args* a, void* /*stream*/) {

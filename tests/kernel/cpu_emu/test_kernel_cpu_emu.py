@@ -10,6 +10,7 @@ KDTREE_EMU_FAULT=last-tile|one-split builds the library with that fault: the cas
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import random
@@ -29,7 +30,7 @@ from emu_driver import Call, EmulatorError, EmuLibrary, run_exact  # noqa: E402
 from kdtree_verify.kernel import binding  # noqa: E402
 from kdtree_verify.kernel.reference import verify_attention_reference  # noqa: E402
 from kdtree_verify.kernel.shapes import HEAD_DIM_V  # noqa: E402
-from kernel_cases import make_case  # noqa: E402
+from kernel_cases import CaseSpec, make_case  # noqa: E402
 from kernel_checks import check_rows  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -101,66 +102,85 @@ def test_the_layout_and_split_choices_the_cases_rely_on(emu):
     lib = emu.lib
     assert lib.kdtree_verify_block_m(8, 4, 0) == 32 and lib.kdtree_verify_block_m(16, 4, 0) == 64
     assert lib.kdtree_verify_block_m(8, 4, 64) == 64 and lib.kdtree_verify_block_m(8, 5, 32) == -1
-    # H=1, n=2: at least 4 16-key tiles per split, so 202 keys in 3 splits are 3 non-empty splits
-    assert lib.kdtree_verify_min_split_tiles(1, 2, binding.KV_BF16) == 4
-    assert lib.kdtree_verify_num_splits(132, 1, 1, 1, 300, binding.KV_BF16) > 1
+    # ABI 6: a unit's chunk is at least one tile (no partial-bytes floor), one unit per SM and m-block
+    assert lib.kdtree_verify_min_split_tiles(1, 2, binding.KV_BF16) == 1
+    assert lib.kdtree_verify_num_splits(132, 1, 1, 1, 300, binding.KV_BF16) == 132
+    assert lib.kdtree_verify_num_splits(188, 300, 1, 1, 300, binding.KV_BF16) == 188
 
 
-def test_the_partition_gives_every_tile_to_one_unit_in_order_and_no_unit_more_than_its_share(emu):
-    """kdtree_verify_partition (the host run of the kernel's plan): the units' tiles add up to the batch's,
-    in order (unit u's range ends where u + 1's begins), none above the even share or the split floor,
-    and a request held whole by one unit is one segment."""
+def plan_model(tiles: list[int], units: int, min_tiles: int) -> tuple[list[int], list[int]]:
+    """(tiles, segments) per unit of the wave-filling partition, written from its definition in
+    verify_attn_flash_paged.cu: request r costs its tiles + SEGMENT_COST positions, its tile k sits at
+    position C_r + SEGMENT_COST + k, and the batch's positions are cut into `used` even ranges (unit u
+    from floor(u * total / used) on), used = min(units, total // min_tiles) or 1."""
+    cost = [t + SEGMENT_COST if t else 0 for t in tiles]
+    total = sum(cost)
+    used = max(min(units, total // max(min_tiles, 1)), 1)
+    starts = [u * total // used for u in range(used)]
+    unit_tiles, unit_segments = [0] * units, [0] * units
+    c_r = 0
+    for r, t in enumerate(tiles):
+        seen = set()
+        for k in range(t):
+            u = bisect.bisect_right(starts, c_r + SEGMENT_COST + k) - 1
+            unit_tiles[u] += 1
+            if (u, r) not in seen:
+                seen.add((u, r))
+                unit_segments[u] += 1
+        c_r += cost[r]
+    return unit_tiles, unit_segments
+
+
+SEGMENT_COST = 1  # KDTREE_SEGMENT_COST_TILES
+
+
+def test_the_partition_is_the_wave_filling_plan_and_no_unit_costs_more_than_its_share(emu):
+    """kdtree_verify_partition (the host run of the kernel's plan) is the plan of its definition
+    (plan_model), every tile goes to one unit, in order, and no unit costs more than the even share of
+    the batch's cost plus one segment."""
     rng = random.Random(3)
-    for _ in range(200):
-        batch = rng.randint(1, 40)
+    for _ in range(300):
+        batch = rng.randint(1, 300)
         heads, n = rng.choice([(8, 4), (16, 4), (1, 2), (64, 1), (8, 16)])
         prefixes = [rng.choice([0, rng.randint(1, 300), rng.randint(1, 200000)]) for _ in range(batch)]
         ns = [rng.choice([0, n, rng.randint(1, n)]) for _ in range(batch)]
-        splits = rng.randint(1, 8)
-        part = emu.vk.partition(prefixes, ns, num_heads=heads, max_extend_len=n, num_splits=splits)
+        units = rng.choice([1, 2, 7, 66, 132, 188])
+        part = emu.vk.partition(prefixes, ns, num_heads=heads, max_extend_len=n, num_splits=units)
         tiles = [0 if m == 0 else -(-(p + m) // part.block_n) for p, m in zip(prefixes, ns, strict=True)]
         assert part.total_tiles == sum(tiles) == sum(part.unit_tiles)
-        if splits == 1:
-            assert part.unit_tiles == tiles
-            continue
-        units = splits * batch
-        chunk = max(-(-part.total_tiles // units), part.min_unit_tiles)
-        assert max(part.unit_tiles) <= chunk
-        busy = [t for t in part.unit_tiles if t]
-        assert all(t == chunk for t in busy[:-1]), "every unit but the last busy one takes a full share"
-        assert part.unit_tiles[: len(busy)] == busy, "units take the tiles in order, idle ones at the end"
-        assert sum(part.unit_segments) <= units + batch
+        assert (part.unit_tiles, part.unit_segments) == plan_model(tiles, units, part.min_unit_tiles)
+        assert part.min_unit_tiles == 1
+        cost = sum(t + SEGMENT_COST for t in tiles if t)
+        share = -(-cost // max(min(units, cost), 1))
+        for t, seg in zip(part.unit_tiles, part.unit_segments, strict=True):
+            assert t + SEGMENT_COST * seg <= share + SEGMENT_COST, (t, seg, share)
+        if units == 1:
+            assert part.unit_segments == [sum(1 for t in tiles if t)], "one unit runs every request whole"
 
 
-def test_the_partition_balances_the_benchmarks_mixed_batches(emu):
-    """The benchmark's mixed batches (one long request among short ones): the busiest SM works at most
-    1.15 x the even share (the per-request splits of ABI 4 gave 7.45, 4.32 and 18.11)."""
-    import kernel_bench
-    import kernel_plan
-
-    for heads, n, prefixes in kernel_bench.MIXED_SHAPES:
-        _before, b = kernel_plan.plan_balances(emu.vk, list(prefixes), n, heads)
-        assert b.num_splits > 1 and b.ratio <= 1.15, (heads, n, len(prefixes), b)
-
-
-def test_abi4_model_gives_the_per_request_figures_and_never_beats_the_plan(emu):
-    """The 'before' figure the benchmark prints beside the plan's (abi4_balance: ABI 4's per-request
-    splits on the same call) reproduces ABI 4's imbalance on the mixed batches (7.45, 4.32, 18.11) and is
-    never better than today's plan on any benchmark batch, uniform ones included."""
+def test_the_partition_balances_the_benchmarks_batches_over_all_sms(emu):
+    """Every benchmark batch, mixed (one long request among short ones) or uniform, on 132 and 188 SMs:
+    the busiest SM works at most 1.15 x the even share over all SMs plus one tile (a unit's range is whole
+    tiles), where ABI 5's split floor let 3 of 132 SMs work at b = 1, 1k keys."""
     import kernel_bench as kb
     import kernel_plan
 
     args = kb.argparse.Namespace(
         quick=True, peak_gbps=None, peak_tflops=None, kv_dtype="bf16", lib="", block_m=0
     )
-    mixed = [
-        round(kernel_plan.plan_balances(emu.vk, list(prefixes), n, heads)[0].ratio, 2)
-        for heads, n, prefixes in kb.MIXED_SHAPES
-    ]
-    assert mixed == [7.45, 4.32, 18.11], mixed
-    for heads, batch, n, prefix in kb.select_shapes(args):
-        before, now = kernel_plan.plan_balances(emu.vk, [prefix] * batch, n, heads)
-        assert now.ratio <= before.ratio + 1e-9, (heads, batch, n, prefix, before, now)
+    batches = [(heads, list(prefixes), n) for heads, n, prefixes in kb.MIXED_SHAPES]
+    batches += [(heads, [prefix] * batch, n) for heads, batch, n, prefix in kb.select_shapes(args)]
+    for sms in (132, 188):
+        for heads, prefixes, n in batches:
+            b = kernel_plan.plan_balance(emu.vk, prefixes, n, heads, num_sms=sms)
+            assert b.makespan_tiles <= 1.15 * b.share_tiles + 1, (
+                sms,
+                heads,
+                n,
+                len(prefixes),
+                max(prefixes),
+                b,
+            )
 
 
 def test_the_benchmarks_cpu_path_prints_the_balance_of_every_batch(emu, capsys):
@@ -176,18 +196,89 @@ def test_the_benchmarks_cpu_path_prints_the_balance_of_every_batch(emu, capsys):
     assert len(lines) == len(shapes) + len(kb.select_mixed(args)), lines
     mixed = [float(re.search(r" balance=([0-9.]+)", line).group(1)) for line in lines if "prefixes=" in line]
     assert mixed and max(mixed) <= 1.15, lines
-    assert all(" abi4_balance=" in line for line in lines), lines
+
+
+@pytest.mark.parametrize("sms", [132, 188])
+def test_a_needle_on_both_sides_of_every_unit_boundary_is_seen(emu, sms):
+    """One request cut into the library's own units for 132 and 188 SMs (ABI 6: one unit per SM, a tile
+    each): a needle key on both sides of every boundary between two units (and at the ends) carries the
+    reference's weight, so no unit drops, repeats or misplaces a tile, and the combine merges every unit."""
+    import kernel_checks as kc
+    import kernel_plan
+
+    n, heads = 1, 1
+    prefix = (sms - 1) * 32 - n  # 32-key tiles: sms - 1 tiles, one per unit after the first's segment cost
+    spec = CaseSpec(prefix_lens=[prefix], ns=[n], heads=heads, seed=sms, causal=True)
+    case = make_case(spec, "cpu")
+    units, part = kernel_plan.plan_of(emu.vk, [prefix], [n], heads, num_sms=sms)
+    tiles = -(-(prefix + n) // part.block_n)
+    edges = kernel_plan.unit_edges(part, 0, tiles)
+    assert units == sms and len(edges) == sms - 2, (units, len(edges))
+    positions = sorted(
+        {0, prefix + n - 1} | {p for e in edges for p in (e * part.block_n - 1, e * part.block_n)}
+    )
+    cols = kc.add_needles(case, positions)
+    out = torch.full((n, heads, HEAD_DIM_V), SENTINEL, dtype=torch.bfloat16)
+    emu.run(case, out, Call(n, num_splits=0, num_sms=sms))
+    ref = reference(case, n)
+    assert kc.check_needles(out.float(), ref, case, cols) is None, kc.check_needles(
+        out.float(), ref, case, cols
+    )
+    assert problem_of(out, ref, n) is None
+
+
+def test_the_model_prices_each_counted_event_with_the_pinned_constants(emu):
+    """bench/kernel_model.py: b = 1, 1k keys, H*n = 32 on 132 SMs is 33 tiles of 32 keys, one per unit
+    (after the first unit's segment cost), 33 units to combine in 2 dependent rounds: 8 + 3.0 + 2 x 0.2 us."""
+    import kernel_model as km
+
+    assert km.PINNED == km.Constants(t_fixed_us=8.0, t_tile_us={64: 2.5, 32: 3.0}, t_split_us=0.2)
+    p = km.predict(emu.vk, [1024], 4, 8, 132)
+    assert (p.units, p.busiest_tiles, p.busiest_segments, p.combine_units) == (132, 1, 1, 33)
+    assert (p.ctas_with_work, p.ctas_usable) == (33, 33)
+    assert p.us == pytest.approx(8.0 + 3.0 + 2 * 0.2)
+    assert [km.combine_steps(k) for k in (1, 2, 33, 132, 188)] == [0, 2, 2, 4, 4]
+    # 133 one-tile requests (64 rows) on 132 units: a unit that visits a second request pays its segment
+    # cost, one tile more; no request is cut, so no combine
+    two = km.predict(emu.vk, [12] * 133, 4, 16, 132)
+    assert (two.busiest_tiles, two.busiest_segments, two.combine_units) == (2, 2, 1)
+    assert two.us == pytest.approx(8.0 + (2 + 1) * 2.5)
+
+
+def test_the_model_target_fails_a_missed_goal_and_passes_the_goals_today(emu, monkeypatch, capsys):
+    """kernel_model.run: no goal missed with today's plan and combine (one known miss printed), and the
+    combine goal missed with ABI 5's serial combine (one dependent step per unit)."""
+    import kernel_model as km
+
+    assert km.run(emu.vk) == []
+    assert "KNOWN MISS" in capsys.readouterr().out
+    monkeypatch.setattr(km, "combine_steps", lambda k: k if k > 1 else 0)
+    monkeypatch.setattr(km, "goal_shapes", lambda: [])
+    missed = km.run(emu.vk)
+    assert any("combine at 132 units" in m for m in missed) and any(
+        "combine at 188 units" in m for m in missed
+    )
 
 
 # (what it breaks, the source text, its broken form)
 PARTITION_MUTANTS = [
-    ("slot-collides", "static_cast<int64_t>(unit) + r;", "static_cast<int64_t>(unit);"),
+    (
+        "first-and-last-segment-share-a-slot",
+        "2 * static_cast<int64_t>(unit) + (segments > 0);",
+        "2 * static_cast<int64_t>(unit);",
+    ),
     (
         "unit-restarts-its-first-request",
-        "int first = static_cast<int>(start - scan[NTHREADS + 1]);",
-        "int first = 0 * static_cast<int>(start - scan[NTHREADS + 1]);",
+        "const int lo = static_cast<int>(tile_at(s, n_tiles));",
+        "const int lo = 0 * static_cast<int>(tile_at(s, n_tiles));",
     ),
     ("combine-merges-a-whole-request", "  if (u0 == u1) return;", "  if (u0 == u1 && u0 < 0) return;"),
+    ("segment-cost-dropped-from-the-tiles", "  rel -= SEGMENT_COST;", "  rel -= 0;"),
+    (
+        "combine-reads-the-last-slot-of-a-first-segment",
+        "return 2 * u + (c_r <= unit_start(u, total, used) ? 0 : 1);",
+        "return 2 * u + (c_r < unit_start(u, total, used) ? 0 : 1);",
+    ),
 ]
 
 
@@ -197,7 +288,11 @@ def test_a_broken_partition_fails_the_partition_cases(tmp_path, what, old, new):
     broken = EmuLibrary(
         emu_driver.build(tmp_path / "lib", src=_mutated_source(tmp_path, old, new), lib_only=True)
     )
-    for c in (c for c in SHORT if c.name.startswith("partition-")):
+    # the partition cases, then one request cut from its first unit on (splits3-bm32: unit 0 holds its
+    # segment cost and first tile)
+    for c in [c for c in SHORT if c.name.startswith("partition-")] + [
+        c for c in SHORT if c.name == "splits3-bm32"
+    ]:
         case, out, valid = prepare(c)
         try:
             broken.run(case, out, call_of(c))

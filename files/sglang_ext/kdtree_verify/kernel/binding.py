@@ -35,7 +35,7 @@ from kdtree_verify.kernel.shapes import HEAD_DIM_QK, HEAD_DIM_V
 
 log = logging.getLogger(__name__)
 
-ABI_VERSION = 5  # KDTREE_VERIFY_ABI_VERSION
+ABI_VERSION = 6  # KDTREE_VERIFY_ABI_VERSION
 
 # Error codes of kdtree_verify_run (mirror of kdtree_verify.h).
 _ERR_NAMES = {
@@ -62,14 +62,14 @@ _LAUNCH_SYMBOLS = (
 
 @dataclass(frozen=True)
 class Partition:
-    """A call's work plan (kdtree_verify_partition): unit u (of num_splits * batch) processes
+    """A call's work plan (kdtree_verify_partition, ABI 6): unit u (of num_splits) processes
     unit_tiles[u] key tiles of block_n keys in each of its m_blocks CTAs, visiting unit_segments[u]
-    requests; no unit takes fewer than min_unit_tiles while the batch has more tiles left."""
+    requests; a unit's chunk is at least min_unit_tiles."""
 
     total_tiles: int
     unit_tiles: list[int]
     unit_segments: list[int]
-    min_unit_tiles: int  # the fewest tiles a unit takes when the batch has them (the split floor)
+    min_unit_tiles: int  # the fewest tiles of a unit's chunk (KDTREE_MIN_SPLIT_TILES in the layout's tiles)
     block_n: int
     m_blocks: int
 
@@ -79,7 +79,7 @@ class KernelUnavailable(Exception):
 
 
 class _Args(ctypes.Structure):
-    """Mirror of ``kdtree_verify_args`` in files/csrc/kdtree_verify.h (ABI_VERSION 5)."""
+    """Mirror of ``kdtree_verify_args`` in files/csrc/kdtree_verify.h (ABI_VERSION 6)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_int32),
@@ -479,7 +479,7 @@ class VerifyKernel:
         if code != 0:
             raise RuntimeError(f"kdtree_verify_run failed: {_ERR_NAMES.get(code, code)} (code {code})")
 
-    # -- the work plan (ABI 5) -------------------------------------------------------------------
+    # -- the work plan (ABI 6) -------------------------------------------------------------------
     def partition(
         self,
         prefix_lens: list[int],
@@ -494,7 +494,7 @@ class VerifyKernel:
         """The work plan kdtree_verify_run launches for these lengths (kdtree_verify_partition: host
         memory only, no device). ValueError for arguments the library refuses."""
         batch = len(prefix_lens)
-        units = num_splits * batch
+        units = num_splits
         prefixes = (ctypes.c_int64 * max(batch, 1))(*prefix_lens)
         drafts = (ctypes.c_int32 * max(batch, 1))(*draft_lens)
         tiles = (ctypes.c_int64 * max(units, 1))()
