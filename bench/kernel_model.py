@@ -228,6 +228,8 @@ def run(vk: binding.VerifyKernel, sms_list: tuple[int, ...] = (132, 188), verbos
                 print(f"model: KNOWN MISS sms={sms} {shape.goal} {text}: {miss} ({known})")
             elif miss:
                 missed.append(f"sms={sms} {shape.goal} {text}: {miss}")
+            elif known:  # an excuse outliving its miss would excuse the next regression there
+                missed.append(f"sms={sms} {shape.goal} {text}: met now; remove it from KNOWN_MISSES")
             if (
                 miss
                 or verbose
