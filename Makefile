@@ -63,14 +63,19 @@ TEST_TIMED = $(PYTHON) scripts/testtime.py run --log $(TEST_LOG)
 TEST_LOW := bash scripts/lowprio.sh
 TEST_PREP := sglang-venv sglang-venv-oldest publish-venvs router-venv smg-venv sglang-wheels
 TEST_GATE := lint-fast bench-startup
-TEST_MAIN_TARGETS := test-traffic-fleet test-testhosts test-roles-fast test-drain-fast test-monitoring
+TEST_MAIN_TARGETS := test-traffic-fleet test-sglang-launcher test-testhosts test-roles-fast test-drain-fast test-monitoring
 # the main lane's order: default first (the later double scenarios install its kernel build), then the
 # longest first; a scenario or suite missing here runs after them
 TEST_MAIN_ORDER := test-molecule-default test-molecule-engine test-traffic-fleet test-molecule-batch \
-  test-molecule-faults test-molecule-operator test-roles-fast test-molecule-rollback test-molecule-oldest \
+  test-molecule-faults test-molecule-operator test-sglang-launcher test-roles-fast test-molecule-rollback \
+  test-molecule-oldest \
   test-molecule-crash test-testhosts test-drain-fast test-monitoring
 TEST_MAIN = $(TEST_MAIN_ORDER) $(filter-out $(TEST_MAIN_ORDER),$(MOLECULE_SCENARIOS:%=test-molecule-%) $(TEST_MAIN_TARGETS))
-TEST_CPU = $(LINT_TARGETS) $(filter-out test-molecule $(TEST_MAIN) $(TEST_GATE) $(LINT_TARGETS),$(TEST_TARGETS))
+# the CPU lane in the order the components list them, the mutation check last (by then the main lane has
+# mostly ended: its kernel mutants' emulator runs have a per-run bound)
+TEST_CPU_LAST := mutation-check
+TEST_CPU = $(LINT_TARGETS) $(filter-out test-molecule $(TEST_MAIN) $(TEST_GATE) $(LINT_TARGETS) $(TEST_CPU_LAST),$(TEST_TARGETS)) \
+  $(filter $(TEST_CPU_LAST),$(TEST_TARGETS))
 
 .PHONY: lint-fast test-lane-main test-lane-cpu test-prep
 # ruff and yamllint alone (seconds): make test's gate.

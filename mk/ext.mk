@@ -1,5 +1,5 @@
 # sglang_ext: the verify patch, its injection and the probe (files/sglang_ext, tests/ext).
-.PHONY: test-ext-fast test-sglang sglang-venv test-sglang-oldest sglang-venv-oldest bench-startup
+.PHONY: test-ext-fast test-sglang test-sglang-launcher sglang-venv test-sglang-oldest sglang-venv-oldest bench-startup
 
 SGLANG_VENV := $(ROOT)/.cache/sglang-venv
 # The window's oldest release on the stack it pins (torch 2.13 up to 0.5.21): a venv of its own, which
@@ -31,13 +31,22 @@ sglang-venv: system-deps
 sglang-venv-oldest: system-deps
 	bash scripts/sglang-venv.sh $(SGLANG_VENV_OLDEST) $(SGLANG_PYTHON) $(SGLANG_OLDEST)
 
-# The patch against the real SGLang wheel of the window's newest release.
-# The real wheel: signature binding, `python -m sglang.launch_server --device cpu` scheduler marker,
-# the reference against SGLang's Triton extend_attention_fwd (TRITON_INTERPRET=1, float32), modes.
-# Also the dashboard's SGLang series against that venv's sources (make test-roles-fast may skip it).
+# The patch against the real SGLang wheel of the window's newest release (not the launcher tests).
+# The real wheel: signature binding, the reference against SGLang's Triton extend_attention_fwd
+# (TRITON_INTERPRET=1, float32), modes. Also the dashboard's SGLang series against that venv's sources
+# (make test-roles-fast may skip it). The launcher tests: test-sglang-launcher.
 test-sglang: venv sglang-venv
-	KDTREE_SGLANG_RELEASE=$(SGLANG_NEWEST) $(SGLANG_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/ext/sglang
+	KDTREE_SGLANG_RELEASE=$(SGLANG_NEWEST) $(SGLANG_VENV)/bin/python -m pytest -q -p no:cacheprovider \
+	  -m "not launcher" tests/ext/sglang
 	KDTREE_REQUIRE_SGLANG_VENV=1 $(VBIN)/pytest -q -p no:cacheprovider tests/repository/test_monitoring.py
+
+# The real SGLang launcher and plugin loader with the patch (minutes, wall-clock bounds).
+# `python -m sglang.launch_server --device cpu` on the window's newest release: the scheduler child reports
+# the patch active before it dies; the plugin loader finds it (tests/ext/sglang, marker `launcher`; each
+# has a bound of 240-300 s, so make test runs them in its main lane).
+test-sglang-launcher: venv sglang-venv
+	KDTREE_SGLANG_RELEASE=$(SGLANG_NEWEST) $(SGLANG_VENV)/bin/python -m pytest -q -p no:cacheprovider \
+	  -m launcher tests/ext/sglang
 
 # The same on the window's oldest release (not the launcher tests).
 # The same tests on the window's oldest release, on the stack it pins: the dispatch through SGLang's real
@@ -51,5 +60,5 @@ test-sglang-oldest: sglang-venv-oldest
 bench-startup:
 	$(PYTHON) bench/startup.py --runs 200
 
-TEST_TARGETS += test-ext-fast test-sglang test-sglang-oldest
+TEST_TARGETS += test-ext-fast test-sglang test-sglang-launcher test-sglang-oldest
 TEST_FAST_TARGETS += test-ext-fast
