@@ -1,8 +1,9 @@
 """One traffic fleet for the drain and the bake: three SGLang test-double hosts (kdtree-traffic1..3,
 scripts/testhosts/drainfleet.Fleet, removed afterwards) behind SGLang's REAL router (sglang-router 0.3.2)
 and scraped by a REAL Prometheus (Debian's package, a process of this test, each target labelled
-node=<host>), a bounded client streaming continuous traffic through the router (traffic.Traffic: 8
-tokens an answer at 10 ms a token after 0.2 s, so requests are in flight during every restart). Each
+node=<host>), a bounded client sending continuous traffic through the router (traffic.Traffic; each
+request takes 0.2 s, so requests are in flight during every restart; the bake's runs stream 8 tokens an
+answer at 10 ms a token, the bake's figures). Each
 host's stock unit serves SGLang's /metrics (--enable-metrics) and logs what reached it. In this order,
 on the same hosts, drained (kdtree_drain_mode=sglang_router, the router's default retries):
 
@@ -64,19 +65,21 @@ sha256sum $u | cut -d' ' -f1 >/root/stock-unit.sha256
 systemctl daemon-reload
 systemctl restart sglang.service
 """
-# streamed answers: SGLang (and the double) observe the inter-token latency of a streamed answer only
-LOAD = {
+# the bake's runs stream their answers: SGLang (and the double) observe the inter-token latency of a
+# streamed answer only; the drain's other runs send what make bench-drain sends (three clients of
+# one-token requests, drainfleet's default)
+BAKE_LOAD = {
     "threads": 6,
     "payload": {"text": "hi", "sampling_params": {"max_new_tokens": 8}, "stream": True},
     "backoff_s": 0.2,
 }
-# name -> (Fleet run, drained, rc wanted, restarted hosts)
+# name -> (Fleet run, drained, rc wanted, restarted hosts, the client's load)
 RUNS = {
-    "deploy": ("deploy", True, 0, 3),
-    "crash": ("crash", True, 2, 1),
-    "slowed": ("deploy", True, 2, 3),
-    "rollback": ("rollback", True, 0, 3),
-    "control": ("deploy", False, 0, 3),
+    "deploy": ("deploy", True, 0, 3, BAKE_LOAD),
+    "crash": ("crash", True, 2, 1, None),
+    "slowed": ("deploy", True, 2, 3, BAKE_LOAD),
+    "rollback": ("rollback", True, 0, 3, None),
+    "control": ("deploy", False, 0, 3, None),
 }
 
 
@@ -127,11 +130,11 @@ def runs() -> Iterator[dict[str, dict]]:
                         state, list(fleet.workers.values()), disable_retries=not drained
                     )
                     try:
-                        for name, (run, on, rc, _restarted) in RUNS.items():
+                        for name, (run, on, rc, _restarted, load) in RUNS.items():
                             if on != drained:
                                 continue
                             seen, result = fleet.under_traffic(
-                                run, on, router["url"], KEY, name, more.get(name), LOAD, want_rc=rc
+                                run, on, router["url"], KEY, name, more.get(name), load, want_rc=rc
                             )
                             seen["text"] = result.text
                             seen["dropin_runs"] = {host: _run_tag(fleet, host) for host in fleet.hosts}
@@ -169,7 +172,7 @@ def _flat(seen: dict) -> str:
 def test_a_drained_run_drops_no_request_and_none_reaches_a_host_while_out(
     runs: dict[str, dict], name: str
 ) -> None:
-    _run, _on, rc, restarted = RUNS[name]
+    _run, _on, rc, restarted, _load = RUNS[name]
     seen = runs[name]
     assert seen["rc"] == rc, _why(seen)
     assert seen["answered"] > 0, _why(seen)
